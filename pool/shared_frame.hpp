@@ -1,0 +1,85 @@
+#pragma once
+/// \file shared_frame.hpp
+/// A frame encoded once and shared by every subscriber it goes to (fan-out): a pooled
+/// block with an atomic reference count in its header. Copying a frame_ref is one
+/// atomic increment; the last reference returns the block to its pool.
+
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "pool/lease.hpp"
+
+namespace wspush::pool {
+
+/// Shared, read-only reference to a pooled block. One pointer. The bytes are immutable
+/// once adopted: writers finish encoding into the lease before adopt().
+class frame_ref {
+ public:
+  frame_ref() noexcept = default;
+
+  /// Takes the block over from `l` (which becomes empty); refcount 1. An empty lease
+  /// gives an empty frame_ref.
+  static frame_ref adopt(lease&& l) noexcept {
+    frame_ref f(l.release_block());
+    if (f._blk != nullptr) f._blk->refs.store(1, std::memory_order_relaxed);
+    return f;
+  }
+
+  frame_ref(const frame_ref& other) noexcept : _blk(other._blk) { add_ref(); }
+  frame_ref& operator=(const frame_ref& other) noexcept {
+    frame_ref copy(other);
+    swap(copy);
+    return *this;
+  }
+  frame_ref(frame_ref&& other) noexcept : _blk(std::exchange(other._blk, nullptr)) {}
+  frame_ref& operator=(frame_ref&& other) noexcept {
+    frame_ref moved(std::move(other));
+    swap(moved);
+    return *this;
+  }
+  ~frame_ref() { reset(); }
+
+  explicit operator bool() const noexcept { return _blk != nullptr; }
+
+  /// The frame's bytes; valid while any reference to the block exists.
+  std::span<const std::uint8_t> bytes() const noexcept {
+    if (_blk == nullptr) return {};
+    return {_blk->data(), _blk->size};
+  }
+
+  /// Approximate when other threads copy or drop references concurrently.
+  std::uint32_t use_count() const noexcept {
+    return _blk != nullptr ? _blk->refs.load(std::memory_order_relaxed) : 0;
+  }
+
+  /// Drops this reference now.
+  void reset() noexcept {
+    if (_blk == nullptr) return;
+    auto* b = std::exchange(_blk, nullptr);
+    // acq_rel: every holder's reads of the bytes happen before the block is reused.
+    if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::release_block(b);
+  }
+
+  void swap(frame_ref& other) noexcept { std::swap(_blk, other._blk); }
+
+  /// Gives up this reference as a raw pointer (for io_uring user_data, intrusive queues,
+  /// C APIs); the count is unchanged. Null when empty. Take it back with from_raw().
+  void* release_raw() noexcept { return std::exchange(_blk, nullptr); }
+  /// Takes back a reference given up by release_raw(); exactly once per release_raw().
+  static frame_ref from_raw(void* raw) noexcept {
+    return frame_ref(static_cast<detail::block_header*>(raw));
+  }
+
+ private:
+  explicit frame_ref(detail::block_header* b) noexcept : _blk(b) {}
+  void add_ref() const noexcept {
+    // relaxed: a new reference is made from an existing one, which keeps the block alive.
+    if (_blk != nullptr) _blk->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  detail::block_header* _blk = nullptr;
+};
+static_assert(sizeof(frame_ref) == sizeof(void*), "frame_ref budget: one pointer");
+
+}  // namespace wspush::pool
