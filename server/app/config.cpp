@@ -1,0 +1,178 @@
+#include "server/app/config.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <functional>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace wspush::server {
+namespace {
+
+struct option {
+  std::string_view name;
+  std::string_view value_hint;  // empty: a flag without value
+  std::string_view help;
+  std::function<std::string(const config&)> show;  // default, for --help
+  std::function<void(config&, std::string_view)> set;
+};
+
+[[noreturn]] void bad(std::string_view name, std::string_view value, std::string_view want) {
+  throw config_error("--" + std::string(name) + ": '" + std::string(value) + "' is not " + std::string(want));
+}
+
+template <class T>
+T parse_uint(std::string_view name, std::string_view v, T min, T max) {
+  T out{};
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc{} || p != v.data() + v.size() || out < min || out > max)
+    bad(name, v, "a whole number in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return out;
+}
+
+double parse_seconds(std::string_view name, std::string_view v) {
+  std::string s(v);
+  char* end = nullptr;
+  double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(d > 0) || d > 86400) bad(name, v, "a number of seconds in (0, 86400]");
+  return d;
+}
+
+bool parse_bool(std::string_view name, std::string_view v) {
+  if (v == "" || v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  bad(name, v, "a boolean (true/false)");
+}
+
+std::string fmt_seconds(double d) {
+  std::string s = std::to_string(d);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+#define U32(field, min, max) \
+  [](const config& c) { return std::to_string(c.field); }, [](config& c, std::string_view v) { \
+    c.field = parse_uint<std::uint32_t>(#field, v, min, max); }
+#define SECS(field) \
+  [](const config& c) { return fmt_seconds(c.field); }, [](config& c, std::string_view v) { \
+    c.field = parse_seconds(#field, v); }
+
+const std::vector<option>& options() {
+  static const std::vector<option> opts = {
+      {"listen", "ADDR:PORT", "public WebSocket listener (port 0: any free port)",
+       [](const config& c) { return c.listen; }, [](config& c, std::string_view v) { c.listen = v; }},
+      {"admin-listen", "ADDR:PORT", "admin listener (publish API, metrics; arrives with pub/sub)",
+       [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
+      {"mode", "echo|broadcast", "echo: every message back to its sender; broadcast: every text message to all",
+       [](const config& c) { return std::string(mode_name(c.mode)); },
+       [](config& c, std::string_view v) {
+         if (v == "echo") c.mode = app_mode::echo;
+         else if (v == "broadcast") c.mode = app_mode::broadcast;
+         else if (v == "pubsub") throw config_error("--mode=pubsub is not available yet in this build (use echo or broadcast)");
+         else bad("mode", v, "echo or broadcast");
+       }},
+      {"io", "uring|epoll", "I/O backend; uring falls back to epoll by itself when io_uring is unavailable",
+       [](const config& c) { return std::string(c.io == io_kind::uring ? "uring" : "epoll"); },
+       [](config& c, std::string_view v) {
+         if (v == "uring") c.io = io_kind::uring;
+         else if (v == "epoll") c.io = io_kind::epoll;
+         else bad("io", v, "uring or epoll");
+       }},
+      {"threads", "N", "reactor threads (shards); 0: one per core",
+       [](const config& c) { return std::to_string(c.threads); },
+       [](config& c, std::string_view v) { c.threads = parse_uint<unsigned>("threads", v, 0, 1024); }},
+      {"auth", "none", "none: no token required (the only mode until JWT auth lands)",
+       [](const config& c) { return std::string(c.auth_none ? "none" : "(unset)"); },
+       [](config& c, std::string_view v) {
+         if (v != "none") bad("auth", v, "'none'");
+         c.auth_none = true;
+       }},
+      {"reuseport", "", "let several wspush processes share the listening port (SO_REUSEPORT)",
+       [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
+       [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},
+      {"max-connections", "N", "WebSocket connections per process; past it upgrades get 503 (0: no limit)",
+       U32(max_connections, 0, 100'000'000)},
+      {"max-request-bytes", "N", "largest upgrade request; past it: HTTP 431", U32(max_request_bytes, 256, 65536)},
+      {"max-frame-bytes", "N", "largest frame payload; past it: close 1009", U32(max_frame_bytes, 125, 1u << 30)},
+      {"max-message-bytes", "N", "largest message; past it: close 1009", U32(max_message_bytes, 125, 1u << 30)},
+      {"max-pending-bytes", "N", "unsent output per connection; past it: close 1013 (slow consumer)",
+       [](const config& c) { return std::to_string(c.max_pending_bytes); },
+       [](config& c, std::string_view v) {
+         c.max_pending_bytes = parse_uint<std::uint64_t>("max-pending-bytes", v, 4096, std::uint64_t(1) << 34);
+       }},
+      {"upgrade-timeout", "SECONDS", "time allowed to complete the HTTP upgrade", SECS(upgrade_timeout)},
+      {"close-timeout", "SECONDS", "time the peer gets to answer our close frame", SECS(close_timeout)},
+      {"message-timeout", "SECONDS", "time allowed for a started frame or message to complete (else close 1008)",
+       SECS(message_timeout)},
+      {"pool-workers", "N", "task pool workers started at once", U32(pool_workers, 1, 1024)},
+      {"pool-max-workers", "N", "task pool workers at most (0: cores)", U32(pool_max_workers, 0, 1024)},
+      {"pool-queue", "N", "task pool queue bound; when full, accepting pauses", U32(pool_queue, 16, 1u << 20)},
+  };
+  return opts;
+}
+
+std::string env_name(std::string_view name) {
+  std::string e = "WSPUSH_";
+  for (char ch : name) e += ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
+  return e;
+}
+
+const option* find_option(std::string_view name) {
+  for (const option& o : options())
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+}  // namespace
+
+const char* mode_name(app_mode m) noexcept { return m == app_mode::echo ? "echo" : "broadcast"; }
+
+config parse_config(int argc, char** argv) {
+  config c;
+  for (const option& o : options())  // environment first: the command line overrides it
+    if (const char* v = std::getenv(env_name(o.name).c_str())) o.set(c, v);
+  for (int k = 1; k < argc; ++k) {
+    std::string_view arg = argv[k];
+    if (arg == "--help" || arg == "-h") {
+      c.show_help = true;
+      continue;
+    }
+    if (arg.substr(0, 2) != "--") throw config_error("unexpected argument '" + std::string(arg) + "' (see --help)");
+    arg.remove_prefix(2);
+    std::string_view value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string_view::npos) {
+      value = arg.substr(eq + 1), arg = arg.substr(0, eq), has_value = true;
+    }
+    const option* o = find_option(arg);
+    if (!o) throw config_error("unknown option --" + std::string(arg) + " (see --help)");
+    if (!has_value && !o->value_hint.empty()) {
+      if (k + 1 >= argc) throw config_error("--" + std::string(arg) + " needs a value: " + std::string(o->value_hint));
+      value = argv[++k];
+    }
+    o->set(c, value);
+  }
+  if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (c.max_frame_bytes > c.max_message_bytes) c.max_frame_bytes = c.max_message_bytes;
+  return c;
+}
+
+std::string help_text() {
+  config d;
+  std::string s =
+      "usage: wspush [options]\n"
+      "A WebSocket push server. Options also come from environment variables WSPUSH_<NAME>\n"
+      "(e.g. --max-connections -> WSPUSH_MAX_CONNECTIONS); the command line wins.\n\n";
+  for (const option& o : options()) {
+    std::string left = "  --" + std::string(o.name) + (o.value_hint.empty() ? "" : " " + std::string(o.value_hint));
+    if (left.size() < 30) left.resize(30, ' ');
+    else left += "\n" + std::string(30, ' ');
+    s += left + std::string(o.help) + " [default: " + o.show(d) + "]\n";
+  }
+  s += "  --help                      this text\n";
+  return s;
+}
+
+}  // namespace wspush::server

@@ -1,0 +1,46 @@
+#pragma once
+// Start-up configuration. Every option is `--name VALUE`, `--name=VALUE`, or the
+// environment variable WSPUSH_NAME (upper case, '-' as '_'); the command line wins.
+// Parsing throws config_error (start-up is the one place exceptions may escape).
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace wspush::server {
+
+enum class app_mode : std::uint8_t { echo, broadcast };
+enum class io_kind : std::uint8_t { uring, epoll };
+
+struct config {
+  std::string listen = "0.0.0.0:8080";
+  std::string admin_listen = "127.0.0.1:8081";
+  app_mode mode = app_mode::broadcast;
+  io_kind io = io_kind::uring;
+  unsigned threads = 0;  // 0: one per core
+  bool auth_none = false;
+  bool reuseport = false;
+  std::uint32_t max_connections = 0;  // 0: bounded only by open files
+  std::uint32_t max_request_bytes = 8192;
+  std::uint32_t max_frame_bytes = 16u << 20;
+  std::uint32_t max_message_bytes = 16u << 20;
+  std::uint64_t max_pending_bytes = 4u << 20;
+  double upgrade_timeout = 5;
+  double close_timeout = 5;
+  double message_timeout = 30;
+  unsigned pool_workers = 1;       // initial
+  unsigned pool_max_workers = 0;   // 0: cores
+  unsigned pool_queue = 4096;
+  bool show_help = false;
+};
+
+struct config_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Parses argv and the environment. Throws config_error with a message fit for the user.
+config parse_config(int argc, char** argv);
+std::string help_text();
+const char* mode_name(app_mode m) noexcept;
+
+}  // namespace wspush::server

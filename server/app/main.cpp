@@ -1,0 +1,143 @@
+// wspush: start-up, the shard threads, and shutdown on SIGTERM/SIGINT.
+
+#include <csignal>
+#include <cstdio>
+#include <latch>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#ifdef WSPUSH_MIMALLOC
+#include <mimalloc.h>
+#endif
+
+#include "pool/buffer_pool.hpp"
+#include "pool/task_pool.hpp"
+#include "server/app/config.hpp"
+#include "server/app/log.hpp"
+#include "server/conn/shard.hpp"
+#include "server/net/socket_ops.hpp"
+
+using namespace wspush::server;
+
+namespace {
+
+struct shard_start {
+  bool ok = false;
+  bool fell_back = false;
+  std::string why;
+};
+
+std::vector<int> open_listeners(const config& cfg) {
+  endpoint ep = parse_endpoint(cfg.listen);
+  std::vector<int> fds;
+  for (unsigned k = 0; k < cfg.threads; ++k) {
+    fds.push_back(make_listener(ep, 4096));
+    if (k == 0) ep = parse_endpoint(local_name(fds[0]));  // port 0: the others take the same port
+  }
+  return fds;
+}
+
+void log_startup(const config& cfg, const nofile_limits& nf) {
+  log(log_level::info, "open files limit: soft %llu -> %llu (hard %llu)%s", (unsigned long long)nf.soft_before,
+      (unsigned long long)nf.soft_after, (unsigned long long)nf.hard,
+      nf.soft_after < 1024 * 64 ? "; each connection needs one: raise the hard limit (ulimit -Hn) for more" : "");
+#ifdef WSPUSH_MIMALLOC
+  log(log_level::info, "allocator: mimalloc %d", mi_version());
+#endif
+  if (cfg.auth_none) log(log_level::info, "auth: none");
+}
+
+int wait_for_signal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+int run(const config& cfg) {
+  nofile_limits nf = raise_nofile_limit();
+  log_startup(cfg, nf);
+  std::vector<int> listeners = open_listeners(cfg);
+
+  wspush::pool::task_pool_options po;
+  po.initial_workers = cfg.pool_workers;
+  po.max_workers = cfg.pool_max_workers;
+  po.queue_capacity = cfg.pool_queue;
+  wspush::pool::task_pool tasks(po);
+  wspush::pool::buffer_pool buffers;
+  shard_group group;
+  group.cfg = &cfg;
+  group.tasks = &tasks;
+  group.buffers = &buffers;
+  std::vector<std::unique_ptr<shard>> shards;
+  for (unsigned k = 0; k < cfg.threads; ++k) shards.push_back(std::make_unique<shard>(group, int(k), listeners[k]));
+  for (auto& s : shards) group.shards.push_back(s.get());
+
+  std::vector<shard_start> starts(cfg.threads);
+  std::latch ready(cfg.threads);
+  std::vector<std::thread> threads;
+  for (unsigned k = 0; k < cfg.threads; ++k) {
+    threads.emplace_back([&, k] {
+      starts[k].ok = shards[k]->start_backend(starts[k].why, starts[k].fell_back);
+      ready.count_down();
+      if (starts[k].ok) shards[k]->run();
+    });
+  }
+  ready.wait();
+  for (auto& st : starts) {
+    if (!st.ok) {
+      log(log_level::error, "cannot start the io backend: %s", st.why.c_str());
+      std::_Exit(1);
+    }
+  }
+  if (starts[0].fell_back) log(log_level::info, "io backend: epoll (fallback: %s)", starts[0].why.c_str());
+  else log(log_level::info, "io backend: %s", shards[0]->backend_name());
+  log(log_level::info, "listening on %s (mode=%s, threads=%u)", local_name(listeners[0]).c_str(), mode_name(cfg.mode),
+      cfg.threads);
+
+  int sig = wait_for_signal();
+  log(log_level::info, "%s: closing connections with 1001 and shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  for (auto& s : shards) s->post({inbox_item::drain, nullptr});
+  for (auto& t : threads) t.join();
+  tasks.shutdown(wspush::pool::shutdown_mode::soft_timeout);
+  std::uint64_t accepted = 0;
+  for (auto& s : shards) accepted += s->counters().accepted;
+  for (int fd : listeners) ::close(fd);
+  log(log_level::info, "stopped (%llu connections accepted)", (unsigned long long)accepted);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  config cfg;
+  try {
+    cfg = parse_config(argc, argv);
+  } catch (const config_error& e) {
+    std::fprintf(stderr, "wspush: error: %s\n", e.what());
+    return 2;
+  }
+  if (cfg.show_help) {
+    std::fputs(help_text().c_str(), stdout);
+    return 0;
+  }
+  // Signals are taken by sigwait in main; every thread started from here inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    return run(cfg);
+  } catch (const config_error& e) {
+    log(log_level::error, "%s", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,190 @@
+// The loop of one shard: poll the backend, run the timers, flush what was queued. Work that
+// arrives from other threads (finished upgrades, broadcasts, drain) comes through the inbox.
+
+#include "server/conn/shard.hpp"
+
+#include <cerrno>
+#include <ctime>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proto/ws_handshake.hpp"
+#include "server/app/log.hpp"
+
+namespace wspush::server {
+namespace {
+
+constexpr std::uint32_t tick_ms = 50;
+constexpr std::uint32_t wheel_slots = 4096;  // 204 s per turn
+constexpr std::uint32_t inbox_capacity = 1 << 16;
+
+std::uint64_t monotonic_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+shard::shard(shard_group& group, int index, int listen_fd)
+    : _g(group), _cfg(*group.cfg), _index(index), _listen_fd(listen_fd), _wheel(wheel_slots, links_of{&_conns}),
+      _inbox(inbox_capacity) {
+  _iov.resize(1024);
+}
+
+shard::~shard() {
+  inbox_item item;
+  while (_inbox.try_pop(item)) {  // frames or jobs nobody will handle now
+    if (item.kind == inbox_item::broadcast) pool::frame_ref::from_raw(item.ptr);
+    else if (item.kind == inbox_item::upgrade_done) pool::lease::from_raw(item.ptr);
+  }
+}
+
+bool shard::start_backend(std::string& why, bool& fell_back) noexcept {
+  backend_options o;
+  fell_back = false;
+  if (_cfg.io == io_kind::uring) {
+    _io = make_uring_backend(o, why);
+    if (!_io) fell_back = true;
+  }
+  if (!_io) {
+    std::string epoll_why;
+    _io = make_epoll_backend(o, epoll_why);
+    if (!_io) {
+      why += (why.empty() ? "" : "; ") + epoll_why;
+      return false;
+    }
+  }
+  return _io->add_listener(_listen_fd, 0);
+}
+
+void shard::post(inbox_item item) noexcept {
+  // The loop drains its inbox every iteration, so a full inbox is momentary: wait it out.
+  while (!_inbox.try_push(item)) sched_yield();
+  _io->wake();
+}
+
+std::uint32_t shard::ticks_for(double seconds) const noexcept {
+  double t = seconds * 1000.0 / tick_ms;
+  return t < 1 ? 1 : std::uint32_t(t + 0.999);
+}
+
+std::uint32_t shard::lookup(conn_token t) noexcept {
+  connection* c = _conns.find(t);
+  return c ? token_index(t) : no_index;
+}
+
+void shard::run() noexcept {
+  _start_ns = monotonic_ns();
+  while (!(_draining && _conns.size() == 0)) {
+    _io->poll(*this, int(tick_ms));
+    auto tick = std::uint32_t((monotonic_ns() - _start_ns) / (tick_ms * 1'000'000ull)) + 1;
+    if (tick != _wheel.now()) _wheel.advance(tick, [this](std::uint32_t i) { on_timer(i); });
+    if (_accept_paused && !_draining && _retry.empty() && tick >= _accept_resume_tick) {
+      _accept_paused = false;
+      _io->resume_accept(0);
+    }
+    if (!_retry.empty()) retry_upgrades();
+    flush_listed();
+  }
+  _io->poll(*this, 0);  // submit the last closes
+}
+
+void shard::pause_accepting(std::uint32_t ticks) noexcept {
+  _accept_resume_tick = _wheel.now() + ticks;
+  if (!_accept_paused) _io->pause_accept(0);
+  _accept_paused = true;
+}
+
+void shard::on_accept(int, int fd) noexcept {
+  if (fd < 0) {
+    // Out of file descriptors (or memory): stop taking connections for a moment instead of
+    // spinning on the error. The kernel keeps the backlog meanwhile.
+    log_ratelimited(log_level::warn, "accept failed: %s; pausing accepts for 100 ms", std::strerror(-fd));
+    pause_accepting(ticks_for(0.1));
+    return;
+  }
+  if (_draining) {
+    ::close(fd);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ++_n.accepted;
+  std::uint32_t limit = _cfg.max_connections ? _cfg.max_connections : UINT32_MAX;
+  std::uint32_t i = _g.connections.load(std::memory_order_relaxed) >= limit ? no_index : _conns.acquire(UINT32_MAX);
+  if (i == no_index) {
+    // Over capacity: answer before any WebSocket state exists. A best-effort write: the
+    // socket is fresh, its send buffer empty.
+    char buf[256];
+    std::size_t n = proto::encode_http_response(503, buf, "over capacity, retry later\n", "Retry-After: 5\r\n");
+    [[maybe_unused]] auto r = ::send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+    ++_n.upgrades_failed;
+    return;
+  }
+  _g.connections.fetch_add(1, std::memory_order_relaxed);
+  connection& c = _conns.at(i);
+  c.fd = fd;
+  c.state = conn_state::upgrading;
+  c.flags = 0;
+  _wheel.arm(i, ticks_for(_cfg.upgrade_timeout));
+  _io->start_reading(fd, token_of(i));
+}
+
+void shard::on_read_end(conn_token t, int res) noexcept {
+  std::uint32_t i = lookup(t);
+  if (i == no_index || _conns.at(i).state == conn_state::dead) return;
+  close_now(i);  // end of stream or error: nothing more will arrive
+}
+
+void shard::on_read_paused(conn_token t) noexcept {
+  std::uint32_t i = lookup(t);
+  if (i == no_index || _conns.at(i).state == conn_state::dead) return;
+  _conns.at(i).flags |= flag_rearm_read;
+  list(i);
+}
+
+void shard::on_timer(std::uint32_t i) noexcept {
+  connection& c = _conns.at(i);
+  switch (c.state) {
+    case conn_state::upgrading:
+    case conn_state::upgrade_pending:
+    case conn_state::closing:
+      ++_n.timeouts;
+      close_now(i);
+      break;
+    case conn_state::open:  // a frame or message started and did not finish in time
+      ++_n.timeouts;
+      fail(i, proto::close_code::policy_violation);
+      break;
+    default: break;
+  }
+}
+
+void shard::on_wake() noexcept {
+  inbox_item item;
+  while (_inbox.try_pop(item)) {
+    switch (item.kind) {
+      case inbox_item::upgrade_done: upgrade_done(item.ptr); break;
+      case inbox_item::broadcast: broadcast_local(pool::frame_ref::from_raw(item.ptr)); break;
+      case inbox_item::drain: begin_drain(); break;
+    }
+  }
+}
+
+void shard::begin_drain() noexcept {
+  if (_draining) return;
+  _draining = true;
+  _io->pause_accept(0);
+  for (std::uint32_t i = 0; i < _conns.capacity(); ++i) {
+    connection& c = _conns.at(i);
+    if (c.state == conn_state::open) start_close(i, proto::close_code::going_away, false);
+    else if (c.state == conn_state::upgrading) close_now(i);
+  }
+}
+
+}  // namespace wspush::server

@@ -1,0 +1,137 @@
+#pragma once
+// A shard: one thread, one io backend, one slab of connections, one timer wheel. It owns
+// everything it touches; other threads (pool workers, other shards, main) reach it only
+// through its inbox and a wake-up.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pool/buffer_pool.hpp"
+#include "pool/mpsc_queue.hpp"
+#include "pool/shared_frame.hpp"
+#include "pool/task_pool.hpp"
+#include "proto/ws_close.hpp"
+#include "proto/ws_frame.hpp"
+#include "proto/ws_reader.hpp"
+#include "server/app/config.hpp"
+#include "server/conn/conn_table.hpp"
+#include "server/reactor/io_backend.hpp"
+#include "server/reactor/timer_wheel.hpp"
+
+namespace wspush::server {
+
+class shard;
+
+/// What a shard shares with its siblings: the pool, the list of shards (for broadcast),
+/// the process-wide connection count and the shutdown flag.
+struct shard_group {
+  const config* cfg = nullptr;
+  pool::task_pool* tasks = nullptr;
+  pool::buffer_pool* buffers = nullptr;
+  std::vector<shard*> shards;
+  std::atomic<std::uint32_t> connections{0};
+};
+
+/// Items posted to a shard from other threads. `ptr` is a raw leased block or frame.
+struct inbox_item {
+  enum kind_t : std::uint8_t { upgrade_done, broadcast, drain } kind;
+  void* ptr;
+};
+
+/// Counters a shard keeps for logs and, later, metrics. Written by the shard only.
+struct shard_counters {
+  std::uint64_t accepted = 0, upgrades_ok = 0, upgrades_failed = 0;
+  std::uint64_t messages_in = 0, messages_out = 0, bytes_in = 0, bytes_out = 0;
+  std::uint64_t slow_consumer_closes = 0, timeouts = 0, protocol_errors = 0;
+};
+
+class shard final : io_handler {
+ public:
+  shard(shard_group& group, int index, int listen_fd);
+  ~shard() override;
+
+  /// Creates the backend (on the shard's own thread: io_uring rings belong to one thread).
+  bool start_backend(std::string& why, bool& fell_back) noexcept;
+  const char* backend_name() const noexcept { return _io ? _io->name() : "none"; }
+  /// Runs until drained. Called on the shard's thread.
+  void run() noexcept;
+  /// Thread-safe.
+  void post(inbox_item item) noexcept;
+  const shard_counters& counters() const noexcept { return _n; }
+
+ private:
+  // io_handler
+  void on_accept(int listener, int fd) noexcept override;
+  void on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept override;
+  void on_read_end(conn_token t, int res) noexcept override;
+  void on_read_paused(conn_token t) noexcept override;
+  void on_send_done(conn_token t, int res) noexcept override;
+  void on_writable(conn_token t) noexcept override;
+  void on_wake() noexcept override;
+
+  // upgrade phase (shard_http.cpp)
+  void upgrade_read(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept;
+  void upgrade_dispatch(std::uint32_t i) noexcept;
+  void upgrade_done(void* job) noexcept;
+  void answer_http(std::uint32_t i, std::uint16_t status, std::string_view body,
+                   std::string_view extra_headers = {}) noexcept;
+  bool schedule_upgrade(void* job) noexcept;
+  void retry_upgrades() noexcept;
+
+  // WebSocket phase (shard_ws.cpp)
+  struct ws_events;
+  void ws_read(std::uint32_t i, std::span<std::uint8_t> bytes) noexcept;
+  bool ws_consume(std::uint32_t i, proto::ws_reader& r, std::span<std::uint8_t> bytes, std::size_t& used) noexcept;
+  bool deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::span<std::uint8_t> piece) noexcept;
+  void broadcast_local(const pool::frame_ref& f) noexcept;
+  void fail(std::uint32_t i, proto::close_code code) noexcept;
+  void start_close(std::uint32_t i, proto::close_code code, bool linger) noexcept;
+  void note_message_timer(std::uint32_t i, const proto::ws_reader& r) noexcept;
+
+  // output (shard_out.cpp)
+  bool queue(std::uint32_t i, pool::frame_ref f, bool control = false) noexcept;
+  bool queue_control(std::uint32_t i, proto::opcode op, std::span<const std::uint8_t> payload) noexcept;
+  void list(std::uint32_t i) noexcept;
+  void flush_listed() noexcept;
+  void flush(std::uint32_t i) noexcept;
+  void consume_output(std::uint32_t i, std::size_t bytes) noexcept;
+  void output_drained(std::uint32_t i) noexcept;
+  void close_now(std::uint32_t i) noexcept;
+  void finish_dead(std::uint32_t i) noexcept;
+
+  // loop (shard.cpp)
+  void on_timer(std::uint32_t i) noexcept;
+  void begin_drain() noexcept;
+  void pause_accepting(std::uint32_t ticks) noexcept;
+  std::uint32_t ticks_for(double seconds) const noexcept;
+  conn_token token_of(std::uint32_t i) noexcept { return make_token(i, _conns.at(i).gen); }
+  std::uint32_t lookup(conn_token t) noexcept;
+
+  struct links_of {
+    conn_table* t;
+    timer_links& operator()(std::uint32_t i) const noexcept { return t->at(i).timer; }
+  };
+
+  shard_group& _g;
+  const config& _cfg;
+  int _index;
+  int _listen_fd;
+  std::unique_ptr<io_backend> _io;
+  conn_table _conns;
+  timer_wheel<links_of> _wheel;
+  pool::mpsc_queue<inbox_item> _inbox;
+  std::uint32_t _flush_head = no_index;
+  std::vector<void*> _retry;          // upgrade jobs the pool had no room for
+  std::vector<iovec> _iov;            // flush scratch
+  std::uint32_t _accept_resume_tick = 0;
+  bool _accept_paused = false;
+  bool _draining = false;
+  std::uint64_t _start_ns = 0;
+  shard_counters _n;
+};
+
+}  // namespace wspush::server

@@ -1,0 +1,57 @@
+#pragma once
+// Layouts of the leased blocks a connection borrows while data moves. Shared by the shard's
+// translation units only.
+
+#include <cstdint>
+#include <new>
+
+#include "pool/lease.hpp"
+#include "proto/http_upgrade.hpp"
+#include "proto/ws_frame.hpp"
+#include "proto/ws_reader.hpp"
+
+namespace wspush::server {
+
+class shard;
+
+/// An upgrade request in progress: this header, then the request bytes. While the state is
+/// `upgrading` it is the connection's rx block; once the request is complete the whole
+/// block travels to a pool worker and back through the inbox.
+struct upgrade_job {
+  shard* owner = nullptr;
+  std::uint64_t token = 0;
+  proto::upgrade_parser parser;
+  std::uint32_t len = 0;       // request bytes (and any frame bytes right behind them)
+  std::uint32_t consumed = 0;  // end of the request, set once parsed
+  void* response = nullptr;    // a frame_ref released to a raw pointer by the worker
+  bool ok = false;
+  std::uint8_t* bytes() noexcept { return reinterpret_cast<std::uint8_t*>(this + 1); }
+};
+
+/// Input state of an open connection that is in the middle of something: a frame header
+/// split across reads (the tail), a frame's payload still arriving, a message assembling.
+/// An idle connection has none of this: its reader is fresh and lives on the stack.
+struct rx_state {
+  static constexpr std::size_t header_room = proto::max_server_header_size;
+  proto::ws_reader reader;
+  pool::lease msg;            // [header_room][payload so far], framed in place when complete
+  std::uint32_t msg_len = 0;
+  proto::opcode msg_op = proto::opcode::text;
+  std::uint8_t tail_len = 0;
+  std::uint8_t tail[160];     // > 14 (a header) and > 131 (a whole control frame)
+};
+
+/// Queued output: a ring of frames (raw frame_ref pointers) following this header.
+struct out_queue {
+  std::uint32_t head = 0, count = 0, cap = 0;
+  std::uint32_t offset = 0;   // bytes of the head frame already sent
+  std::uint64_t bytes = 0;    // unsent bytes in the queue
+  void** slots() noexcept { return reinterpret_cast<void**>(this + 1); }
+};
+
+template <class T>
+T* block_as(const pool::lease& l) noexcept {
+  return std::launder(reinterpret_cast<T*>(l.data()));
+}
+
+}  // namespace wspush::server

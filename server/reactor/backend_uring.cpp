@@ -1,0 +1,321 @@
+// The default backend: io_uring completions.
+//   - accept: one multishot accept per listener;
+//   - reads: one multishot recv per connection that picks its buffer from a provided-buffer
+//     ring shared by the whole loop, so an idle connection holds no buffer at all;
+//   - writes: sendmsg requests gathered during a loop iteration and submitted together, one
+//     io_uring_enter for many sockets. The msghdr and iovec arrays live in a per-iteration
+//     arena: with IORING_FEAT_SUBMIT_STABLE the kernel has copied them once submitted.
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <liburing.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server/reactor/io_backend.hpp"
+
+namespace wspush::server {
+namespace {
+
+constexpr std::uint64_t tag_shift = 56;
+constexpr std::uint64_t tag_accept = 1, tag_recv = 2, tag_send = 3, tag_wake = 4, tag_ignore = 5;
+constexpr std::uint64_t low_mask = (std::uint64_t{1} << tag_shift) - 1;
+constexpr unsigned buffer_group = 0;
+constexpr std::size_t max_iov_per_batch = 65536;
+
+std::uint64_t pack(std::uint64_t tag, std::uint64_t low) noexcept { return (tag << tag_shift) | (low & low_mask); }
+
+class uring_backend final : public io_backend {
+ public:
+  bool init(const backend_options& o, std::string& why) noexcept;
+  ~uring_backend() override;
+  const char* name() const noexcept override { return "uring"; }
+
+  bool add_listener(int fd, int listener) noexcept override;
+  void pause_accept(int listener) noexcept override;
+  void resume_accept(int listener) noexcept override;
+  bool start_reading(int fd, conn_token t) noexcept override;
+  send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept override;
+  void wait_writable(int, conn_token) noexcept override {}  // sends complete asynchronously
+  void close(int fd, conn_token t) noexcept override;
+  void poll(io_handler& h, int timeout_ms) noexcept override;
+  void wake() noexcept override {
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(_wakefd, &one, sizeof one);
+  }
+
+ private:
+  struct listener_state {
+    int fd = -1;
+    bool armed = false;
+    bool paused = false;
+  };
+
+  io_uring_sqe* get_sqe() noexcept;
+  void arm_accept(int listener) noexcept;
+  void arm_wake() noexcept;
+  void recycle(unsigned bid) noexcept;
+  void handle(io_handler& h, const io_uring_cqe& cqe) noexcept;
+  void on_recv(io_handler& h, conn_token t, const io_uring_cqe& cqe) noexcept;
+  void on_accept_cqe(io_handler& h, int listener, const io_uring_cqe& cqe) noexcept;
+  void reset_arena() noexcept { _msgs_used = 0, _iov_used = 0; }
+
+  io_uring _ring{};
+  bool _ring_ok = false;
+  int _wakefd = -1;
+  std::uint64_t _wake_value = 0;
+  io_uring_buf_ring* _br = nullptr;
+  std::size_t _br_bytes = 0;
+  std::uint8_t* _bufs = nullptr;
+  std::size_t _bufs_bytes = 0;
+  unsigned _buf_count = 0, _buf_size = 0;
+  std::vector<listener_state> _listeners;
+  std::vector<msghdr> _msgs;  // per-iteration arena, see the file comment
+  std::vector<iovec> _iov;
+  std::size_t _msgs_used = 0, _iov_used = 0;
+};
+
+bool uring_backend::init(const backend_options& o, std::string& why) noexcept {
+  if (const char* f = std::getenv("WSPUSH_TEST_FAIL_URING"); f && *f && *f != '0') {
+    why = "io_uring_queue_init: Operation not permitted (WSPUSH_TEST_FAIL_URING)";
+    return false;
+  }
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
+            IORING_SETUP_DEFER_TASKRUN;
+  p.flags |= IORING_SETUP_CQSIZE;
+  p.cq_entries = o.ring_entries * 4;
+  int r = io_uring_queue_init_params(o.ring_entries, &_ring, &p);
+  if (r < 0) {  // older kernels: no DEFER_TASKRUN / SINGLE_ISSUER
+    p = {};
+    p.flags = IORING_SETUP_CQSIZE;
+    p.cq_entries = o.ring_entries * 4;
+    r = io_uring_queue_init_params(o.ring_entries, &_ring, &p);
+  }
+  if (r < 0) {
+    why = std::string("io_uring_queue_init: ") + std::strerror(-r);
+    return false;
+  }
+  _ring_ok = true;
+  if (!(p.features & IORING_FEAT_SUBMIT_STABLE) || !(p.features & IORING_FEAT_FAST_POLL)) {
+    why = "io_uring lacks SUBMIT_STABLE/FAST_POLL (kernel too old)";
+    return false;
+  }
+  _buf_count = o.buffer_count;
+  _buf_size = o.buffer_size;
+  _br_bytes = _buf_count * sizeof(io_uring_buf);
+  void* ring_mem = mmap(nullptr, _br_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  _bufs_bytes = std::size_t(_buf_count) * _buf_size;
+  void* buf_mem = mmap(nullptr, _bufs_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE | MAP_POPULATE, -1, 0);
+  if (ring_mem == MAP_FAILED || buf_mem == MAP_FAILED) {
+    why = "cannot map receive buffers";
+    return false;
+  }
+  _br = static_cast<io_uring_buf_ring*>(ring_mem);
+  _bufs = static_cast<std::uint8_t*>(buf_mem);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<std::uint64_t>(_br);
+  reg.ring_entries = _buf_count;
+  reg.bgid = buffer_group;
+  if ((r = io_uring_register_buf_ring(&_ring, &reg, 0)) < 0) {
+    why = std::string("io_uring_register_buf_ring: ") + std::strerror(-r);
+    return false;
+  }
+  io_uring_buf_ring_init(_br);
+  for (unsigned i = 0; i < _buf_count; ++i)
+    io_uring_buf_ring_add(_br, _bufs + std::size_t(i) * _buf_size, _buf_size, i, io_uring_buf_ring_mask(_buf_count), i);
+  io_uring_buf_ring_advance(_br, _buf_count);
+
+  _wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (_wakefd < 0) {
+    why = "eventfd failed";
+    return false;
+  }
+  _msgs.resize(o.ring_entries);
+  _iov.resize(max_iov_per_batch);
+  arm_wake();
+  // Probe the opcodes we rely on by submitting nothing: a kernel without multishot
+  // accept/recv fails them at first use; check the probe instead.
+  io_uring_probe* probe = io_uring_get_probe_ring(&_ring);
+  bool ok = probe && io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
+            io_uring_opcode_supported(probe, IORING_OP_RECV) && io_uring_opcode_supported(probe, IORING_OP_ACCEPT);
+  if (probe) io_uring_free_probe(probe);
+  if (!ok) {
+    why = "io_uring lacks accept/recv/sendmsg";
+    return false;
+  }
+  return true;
+}
+
+uring_backend::~uring_backend() {
+  if (_ring_ok) io_uring_queue_exit(&_ring);
+  if (_br) munmap(_br, _br_bytes);
+  if (_bufs) munmap(_bufs, _bufs_bytes);
+  if (_wakefd >= 0) ::close(_wakefd);
+}
+
+io_uring_sqe* uring_backend::get_sqe() noexcept {
+  io_uring_sqe* sqe = io_uring_get_sqe(&_ring);
+  while (!sqe) {  // submission queue full: hand what we have to the kernel
+    io_uring_submit(&_ring);
+    reset_arena();
+    sqe = io_uring_get_sqe(&_ring);
+  }
+  return sqe;
+}
+
+void uring_backend::arm_wake() noexcept {
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_read(sqe, _wakefd, &_wake_value, sizeof _wake_value, 0);
+  io_uring_sqe_set_data64(sqe, pack(tag_wake, 0));
+}
+
+bool uring_backend::add_listener(int fd, int listener) noexcept {
+  if (static_cast<std::size_t>(listener) >= _listeners.size()) _listeners.resize(listener + 1);
+  _listeners[listener].fd = fd;
+  arm_accept(listener);
+  return true;
+}
+
+void uring_backend::arm_accept(int listener) noexcept {
+  auto& l = _listeners[listener];
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_multishot_accept(sqe, l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  io_uring_sqe_set_data64(sqe, pack(tag_accept, unsigned(listener)));
+  l.armed = true;
+}
+
+void uring_backend::pause_accept(int listener) noexcept {
+  auto& l = _listeners[listener];
+  if (l.paused) return;
+  l.paused = true;
+  if (!l.armed) return;
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_cancel64(sqe, pack(tag_accept, unsigned(listener)), 0);
+  io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
+}
+
+void uring_backend::resume_accept(int listener) noexcept {
+  auto& l = _listeners[listener];
+  if (!l.paused) return;
+  l.paused = false;
+  if (!l.armed) arm_accept(listener);  // else the cancel's completion re-arms it
+}
+
+bool uring_backend::start_reading(int fd, conn_token t) noexcept {
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = buffer_group;
+  io_uring_sqe_set_data64(sqe, pack(tag_recv, t));
+  return true;
+}
+
+send_result uring_backend::send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept {
+  if (_msgs_used == _msgs.size() || _iov_used + iovcnt > _iov.size()) {
+    io_uring_submit(&_ring);
+    reset_arena();
+  }
+  io_uring_sqe* sqe = get_sqe();  // may submit and reset the arena: take arena slots after it
+  iovec* v = &_iov[_iov_used];
+  std::memcpy(v, iov, sizeof(iovec) * iovcnt);
+  _iov_used += iovcnt;
+  msghdr* m = &_msgs[_msgs_used++];
+  *m = msghdr{};
+  m->msg_iov = v;
+  m->msg_iovlen = iovcnt;
+  io_uring_prep_sendmsg(sqe, fd, m, MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(sqe, pack(tag_send, t));
+  return {send_outcome::pending, 0, 0};
+}
+
+void uring_backend::close(int fd, conn_token t) noexcept {
+  // The multishot recv holds a reference to the socket; cancel it so the close takes effect
+  // (and the FIN goes out) at the next submission. A send in flight finishes on its own.
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_cancel64(sqe, pack(tag_recv, t), 0);
+  io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
+  ::close(fd);
+}
+
+void uring_backend::recycle(unsigned bid) noexcept {
+  io_uring_buf_ring_add(_br, _bufs + std::size_t(bid) * _buf_size, _buf_size, bid, io_uring_buf_ring_mask(_buf_count), 0);
+  io_uring_buf_ring_advance(_br, 1);
+}
+
+void uring_backend::poll(io_handler& h, int timeout_ms) noexcept {
+  io_uring_cqe* cqe = nullptr;
+  if (timeout_ms < 0) {
+    io_uring_submit_and_wait(&_ring, 1);
+  } else {
+    __kernel_timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000LL};
+    io_uring_submit_and_wait_timeout(&_ring, &cqe, 1, &ts, nullptr);
+  }
+  reset_arena();
+  // Handlers queue new requests while we walk the completions; that is fine, the walk only
+  // reads the completion queue. Batches are bounded so a flood cannot starve the timers.
+  for (int batch = 0; batch < 8; ++batch) {
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&_ring, head, cqe) {
+      handle(h, *cqe);
+      ++seen;
+    }
+    io_uring_cq_advance(&_ring, seen);
+    if (seen == 0) break;
+  }
+}
+
+void uring_backend::handle(io_handler& h, const io_uring_cqe& cqe) noexcept {
+  std::uint64_t tag = cqe.user_data >> tag_shift;
+  std::uint64_t low = cqe.user_data & low_mask;
+  switch (tag) {
+    case tag_recv: on_recv(h, low, cqe); break;
+    case tag_send: h.on_send_done(low, cqe.res); break;
+    case tag_accept: on_accept_cqe(h, int(low), cqe); break;
+    case tag_wake:
+      arm_wake();
+      h.on_wake();
+      break;
+    default: break;
+  }
+}
+
+void uring_backend::on_recv(io_handler& h, conn_token t, const io_uring_cqe& cqe) noexcept {
+  bool more = cqe.flags & IORING_CQE_F_MORE;
+  if (cqe.res > 0) {
+    unsigned bid = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
+    h.on_data(t, {_bufs + std::size_t(bid) * _buf_size, std::size_t(cqe.res)});
+    recycle(bid);
+    if (!more) h.on_read_paused(t);
+  } else if (cqe.res == 0) {
+    h.on_read_end(t, 0);
+  } else if (cqe.res == -ENOBUFS) {
+    h.on_read_paused(t);
+  } else if (cqe.res != -ECANCELED) {
+    h.on_read_end(t, cqe.res);
+  }
+}
+
+void uring_backend::on_accept_cqe(io_handler& h, int listener, const io_uring_cqe& cqe) noexcept {
+  auto& l = _listeners[listener];
+  if (!(cqe.flags & IORING_CQE_F_MORE)) {
+    l.armed = false;
+    if (!l.paused) arm_accept(listener);
+  }
+  if (cqe.res >= 0 || cqe.res != -ECANCELED) h.on_accept(listener, cqe.res);
+}
+
+}  // namespace
+
+std::unique_ptr<io_backend> make_uring_backend(const backend_options& o, std::string& why) noexcept {
+  auto b = std::make_unique<uring_backend>();
+  if (!b->init(o, why)) return nullptr;
+  return b;
+}
+
+}  // namespace wspush::server

@@ -1,0 +1,88 @@
+#pragma once
+// One interface over io_uring and epoll. The loop above it thinks in completions:
+// "bytes arrived for connection T", "the send for T finished", "listener L accepted fd".
+// The epoll backend produces the same events from readiness: it does the recv() itself
+// and writes synchronously, telling the loop when a socket it could not finish on is
+// writable again.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include <sys/uio.h>
+
+namespace wspush::server {
+
+/// Identifies a connection slot and its generation: a completion carrying a stale
+/// token (the slot was closed and reused since) is ignored by the loop. Only the low
+/// 56 bits are used (backends keep the top byte for their own tags); 0 is never a token.
+using conn_token = std::uint64_t;
+
+/// Receives the events of one `io_backend::poll` call. Spans are valid only during the call.
+class io_handler {
+ public:
+  virtual ~io_handler() = default;
+  /// A listener accepted `fd` (>= 0), or accepting failed with -errno.
+  virtual void on_accept(int listener, int fd) noexcept = 0;
+  /// Bytes arrived for `t`; the backend owns them and takes them back when this returns.
+  virtual void on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept = 0;
+  /// Reading stopped for `t`: 0 is end of stream, otherwise -errno.
+  virtual void on_read_end(conn_token t, int res) noexcept = 0;
+  /// Reading stopped without an end of stream (the receive buffers ran out, io_uring only):
+  /// call start_reading again once this poll's events are handled.
+  virtual void on_read_paused(conn_token t) noexcept = 0;
+  /// An asynchronous send finished: bytes written, or -errno.
+  virtual void on_send_done(conn_token t, int res) noexcept = 0;
+  /// A socket that could not take all its output is writable again (epoll only).
+  virtual void on_writable(conn_token t) noexcept = 0;
+  /// Another thread called `wake`.
+  virtual void on_wake() noexcept = 0;
+};
+
+enum class send_outcome : std::uint8_t {
+  completed,  // `bytes` written now (may be short: the caller waits for on_writable)
+  pending,    // submitted; on_send_done follows
+  failed,     // `error` holds -errno; the connection is dead
+};
+struct send_result {
+  send_outcome outcome;
+  int error;
+  std::size_t bytes;
+};
+
+class io_backend {
+ public:
+  virtual ~io_backend() = default;
+  virtual const char* name() const noexcept = 0;
+
+  virtual bool add_listener(int fd, int listener) noexcept = 0;
+  /// Stop taking connections off a listener's backlog (throttling, draining) and resume.
+  virtual void pause_accept(int listener) noexcept = 0;
+  virtual void resume_accept(int listener) noexcept = 0;
+
+  virtual bool start_reading(int fd, conn_token t) noexcept = 0;
+  virtual send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept = 0;
+  /// Ask for on_writable once the socket has room (after a short synchronous send).
+  virtual void wait_writable(int fd, conn_token t) noexcept = 0;
+  /// Stops all interest in fd and closes it. Completions already under way arrive later
+  /// with the old token and are ignored by the loop.
+  virtual void close(int fd, conn_token t) noexcept = 0;
+
+  /// Submits what was queued, waits at most timeout_ms (-1: forever) and dispatches.
+  virtual void poll(io_handler& h, int timeout_ms) noexcept = 0;
+  /// Thread-safe: makes the current or next poll return and call on_wake.
+  virtual void wake() noexcept = 0;
+};
+
+struct backend_options {
+  unsigned ring_entries = 4096;    // io_uring submission queue size
+  unsigned buffer_count = 256;     // provided receive buffers per loop (power of two)
+  unsigned buffer_size = 16384;    // bytes each
+};
+
+/// Creates the io_uring backend, or nullptr with `why` set when io_uring cannot be set up.
+std::unique_ptr<io_backend> make_uring_backend(const backend_options& o, std::string& why) noexcept;
+std::unique_ptr<io_backend> make_epoll_backend(const backend_options& o, std::string& why) noexcept;
+
+}  // namespace wspush::server

@@ -1,0 +1,58 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "server/app/config.hpp"
+
+using namespace wspush::server;
+
+namespace {
+config parse(std::vector<std::string> args) {
+  std::vector<char*> argv{const_cast<char*>("wspush")};
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_config(int(argv.size()), argv.data());
+}
+}  // namespace
+
+TEST_CASE("config: defaults and both option spellings") {
+  config d = parse({});
+  CHECK(d.listen == "0.0.0.0:8080");
+  CHECK(d.mode == app_mode::broadcast);
+  CHECK(d.max_message_bytes == 16u << 20);
+  config c = parse({"--listen", "127.0.0.1:0", "--mode=echo", "--io", "epoll", "--threads=3", "--upgrade-timeout", "0.5"});
+  CHECK(c.listen == "127.0.0.1:0");
+  CHECK(c.mode == app_mode::echo);
+  CHECK(c.io == io_kind::epoll);
+  CHECK(c.threads == 3);
+  CHECK(c.upgrade_timeout == Approx(0.5));
+}
+
+TEST_CASE("config: environment variables, overridden by the command line") {
+  ::setenv("WSPUSH_MAX_CONNECTIONS", "1234", 1);
+  ::setenv("WSPUSH_MODE", "echo", 1);
+  config c = parse({"--mode", "broadcast"});
+  ::unsetenv("WSPUSH_MAX_CONNECTIONS");
+  ::unsetenv("WSPUSH_MODE");
+  CHECK(c.max_connections == 1234);
+  CHECK(c.mode == app_mode::broadcast);
+}
+
+TEST_CASE("config: bad input is refused with a message naming the option") {
+  CHECK_THROWS_WITH(parse({"--mode=chat"}), Catch::Contains("--mode"));
+  CHECK_THROWS_WITH(parse({"--threads", "many"}), Catch::Contains("--threads"));
+  CHECK_THROWS_WITH(parse({"--no-such-thing"}), Catch::Contains("unknown option"));
+  CHECK_THROWS_WITH(parse({"--listen"}), Catch::Contains("needs a value"));
+  CHECK_THROWS_WITH(parse({"--close-timeout=-1"}), Catch::Contains("seconds"));
+  CHECK_THROWS(parse({"stray"}));
+}
+
+TEST_CASE("config: --help lists every option with its default") {
+  std::string h = help_text();
+  for (const char* opt : {"--listen", "--mode", "--io", "--threads", "--auth", "--max-frame-bytes", "--max-message-bytes",
+                          "--max-pending-bytes", "--upgrade-timeout", "--close-timeout", "--message-timeout"})
+    CHECK_THAT(h, Catch::Contains(opt));
+  CHECK_THAT(h, Catch::Contains("[default: 0.0.0.0:8080]"));
+  CHECK(parse({"--help"}).show_help);
+}
