@@ -81,6 +81,11 @@ class lease {
     if (_blk != nullptr) detail::release_block(std::exchange(_blk, nullptr));
   }
 
+  /// For passing a lease through queues and tasks as a plain pointer: the lease becomes
+  /// empty and the block stays leased until `from_raw` takes it back (exactly once).
+  void* release_raw() noexcept { return std::exchange(_blk, nullptr); }
+  static lease from_raw(void* raw) noexcept { return lease(static_cast<detail::block_header*>(raw)); }
+
  private:
   friend class buffer_pool;
   friend class frame_ref;
