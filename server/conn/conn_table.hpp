@@ -16,9 +16,7 @@ class conn_table {
 
   /// A free slot with a fresh generation, or no_index when `limit` is reached.
   std::uint32_t acquire(std::uint32_t limit) noexcept {
-    if (_free == no_index) {
-      if (_count >= limit || !grow()) return no_index;
-    }
+    if (_count >= limit || (_free == no_index && !grow())) return no_index;
     std::uint32_t i = _free;
     connection& c = at(i);
     _free = c.flush_next;
