@@ -30,13 +30,14 @@ struct shard_start {
   std::string why;
 };
 
+/// One listening socket per shard. Without --reuseport every shard accepts from the same
+/// socket; with it each has its own SO_REUSEPORT socket (the kernel spreads connections)
+/// and other processes that also ask for it may share the port.
 std::vector<int> open_listeners(const config& cfg) {
   endpoint ep = parse_endpoint(cfg.listen);
-  std::vector<int> fds;
-  for (unsigned k = 0; k < cfg.threads; ++k) {
-    fds.push_back(make_listener(ep, 4096));
-    if (k == 0) ep = parse_endpoint(local_name(fds[0]));  // port 0: the others take the same port
-  }
+  std::vector<int> fds{make_listener(ep, 4096, cfg.reuseport)};
+  ep = parse_endpoint(local_name(fds[0]));  // port 0: the others take the port it got
+  for (unsigned k = 1; k < cfg.threads; ++k) fds.push_back(cfg.reuseport ? make_listener(ep, 4096, true) : fds[0]);
   return fds;
 }
 
@@ -108,7 +109,8 @@ int run(const config& cfg) {
   tasks.shutdown(wspush::pool::shutdown_mode::soft_timeout);
   std::uint64_t accepted = 0;
   for (auto& s : shards) accepted += s->counters().accepted;
-  for (int fd : listeners) ::close(fd);
+  for (std::size_t k = 0; k < listeners.size(); ++k)
+    if (k == 0 || listeners[k] != listeners[0]) ::close(listeners[k]);
   log(log_level::info, "stopped (%llu connections accepted)", (unsigned long long)accepted);
   return 0;
 }

@@ -39,35 +39,39 @@ endpoint parse_endpoint(const std::string& text) {
   return ep;
 }
 
-int make_listener(const endpoint& ep, int backlog) {
+namespace {
+std::string local_name_of(const endpoint& ep) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ep.addr.ss_family == AF_INET) {
+    auto* v4 = reinterpret_cast<const sockaddr_in*>(&ep.addr);
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(v4->sin_port));
+  }
+  auto* v6 = reinterpret_cast<const sockaddr_in6*>(&ep.addr);
+  inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(v6->sin6_port));
+}
+}  // namespace
+
+int make_listener(const endpoint& ep, int backlog, bool reuseport) {
   int fd = socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) throw config_error(std::string("socket: ") + std::strerror(errno));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.len) < 0 || listen(fd, backlog) < 0) {
     int e = errno;
     ::close(fd);
-    throw config_error(std::string("cannot listen: ") + std::strerror(e));
+    throw config_error("cannot listen on " + local_name_of(ep) + ": " + std::strerror(e));
   }
   return fd;
 }
 
 std::string local_name(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  char host[INET6_ADDRSTRLEN] = "?";
-  unsigned port = 0;
-  if (a.ss_family == AF_INET) {
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&a);
-    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
-    port = ntohs(v4->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a);
-  inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
-  return "[" + std::string(host) + "]:" + std::to_string(ntohs(v6->sin6_port));
+  endpoint ep;
+  ep.len = sizeof ep.addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ep.addr), &ep.len);
+  return local_name_of(ep);
 }
 
 nofile_limits raise_nofile_limit() noexcept {

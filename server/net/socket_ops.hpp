@@ -15,8 +15,9 @@ struct endpoint {
 
 /// Parses "ADDR:PORT" ("0.0.0.0:8080", "127.0.0.1:0", "[::1]:8080"). Throws config_error.
 endpoint parse_endpoint(const std::string& text);
-/// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT. Throws on failure.
-int make_listener(const endpoint& ep, int backlog);
+/// A non-blocking listening socket with SO_REUSEADDR (and SO_REUSEPORT if asked: then
+/// other sockets that ask too may bind the same port). Throws on failure.
+int make_listener(const endpoint& ep, int backlog, bool reuseport = false);
 /// "127.0.0.1:41235" for a bound socket.
 std::string local_name(int fd);
 
