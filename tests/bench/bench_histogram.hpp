@@ -41,12 +41,12 @@ public:
     }
 
     /// Value at quantile q (0 < q <= 1): the midpoint of the bucket holding the ceil(q*total)-th
-    /// smallest value, clamped to the exact min and max. 0 when empty.
+    /// smallest value, clamped to the exact min and max (q = 1 is the exact max). 0 when empty.
     [[nodiscard]] std::uint64_t quantile(double q) const noexcept {
         if (_total == 0) return 0;
         auto rank = static_cast<std::uint64_t>(q * static_cast<double>(_total) + 0.999999);
         if (rank < 1) rank = 1;
-        if (rank > _total) rank = _total;
+        if (rank >= _total) return _max;   // the largest value is known exactly
         std::uint64_t seen = 0;
         for (std::size_t i = 0; i < bucket_count; ++i) {
             seen += _counts[i];

@@ -379,7 +379,7 @@ def main(argv):
     if args.smoke:
         return smoke(args, servers)
     info = machine_info()
-    print(f"command: {shlex.join(['/usr/bin/python3'] + [os.path.relpath(sys.argv[0], REPO)] + argv)}")
+    print(f"command: {shlex.join([sys.executable, sys.argv[0]] + argv)}  (cwd {os.getcwd()})")
     print(f"machine: nproc {info['nproc']}, kernel {info['kernel']}, CPU {info['cpu']}, "
           f"load at start {info['loadavg_at_start']}, {info['date']}")
     print(f"servers pinned to CPU {args.server_cpu}, client ({args.procs} procs) to CPU {args.client_cpu}\n",
