@@ -427,6 +427,8 @@ void task_pool::shutdown(shutdown_mode mode) noexcept {
   if (!drop) c.run_leftovers();
 }
 
+bool task_pool::accepting() const noexcept { return !_ctl->ring.closed(); }
+
 bool task_pool::stop_requested() const noexcept { return _ctl->stop.load(std::memory_order_relaxed); }
 
 bool task_pool::this_worker_stop_requested() noexcept {

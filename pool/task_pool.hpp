@@ -88,6 +88,9 @@ class task_pool {
   /// itself), except with `hard`.
   void shutdown(shutdown_mode mode) noexcept;
 
+  /// False once shutdown has begun: from then on every schedule call returns false.
+  bool accepting() const noexcept;
+
   /// Set by hard shutdown and by soft_timeout expiry. Long tasks may poll it.
   bool stop_requested() const noexcept;
 
