@@ -3,6 +3,7 @@
 // rest; the kernel reports it again on the next wait if more is buffered.
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -61,7 +62,7 @@ class epoll_backend final : public io_backend {
   }
 
   bool start_reading(int fd, conn_token t) noexcept override {
-    if (static_cast<std::size_t>(fd) >= _owner.size()) _owner.resize(fd + 1024, 0);
+    if (static_cast<std::size_t>(fd) >= _owner.size()) _owner.resize(std::max<std::size_t>(fd + 1, _owner.size() * 2), 0);
     _owner[fd] = t;
     return ctl(EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, (tag_conn << tag_shift) | unsigned(fd));
   }

@@ -307,7 +307,7 @@ void uring_backend::on_accept_cqe(io_handler& h, int listener, const io_uring_cq
     l.armed = false;
     if (!l.paused) arm_accept(listener);
   }
-  if (cqe.res >= 0 || cqe.res != -ECANCELED) h.on_accept(listener, cqe.res);
+  if (cqe.res != -ECANCELED) h.on_accept(listener, cqe.res);  // cancelled: paused on purpose
 }
 
 }  // namespace
