@@ -80,12 +80,15 @@ struct pool_control {
 
   alignas(cache_line) parking room_park;
   std::atomic<std::uint32_t> sched_waiting{0};
-  std::atomic<std::uint64_t> rejected{0};
+
+  // Failure counters on their own line: a producer hammering a full queue with
+  // try_schedule() must not slow the workers' reads of room_park.
+  alignas(cache_line) std::atomic<std::uint64_t> rejected{0};
   std::atomic<std::uint64_t> cancelled{0};
   std::atomic<std::int64_t> last_log_ns{std::numeric_limits<std::int64_t>::min() / 2};
   std::atomic<std::uint64_t> unlogged_failures{0};
 
-  std::mutex lifecycle;
+  alignas(cache_line) std::mutex lifecycle;
   std::condition_variable exited;  // signalled under `lifecycle` when a worker exits
   std::uint32_t live_threads = 0;  // guarded by `lifecycle`
   std::unique_ptr<worker_slot[]> slots;
@@ -121,9 +124,11 @@ bool pool_control::worker_loop(worker_slot& slot) noexcept {
   std::uint64_t t0 = tick_clock::now();
   for (;;) {
     if (ring.try_pop(t)) {
-      // A cell just became free: wake a scheduler waiting for room, if one sleeps.
+      // A cell just became free. Schedulers parked on a full queue are woken once it
+      // has drained to half (or runs dry, in await_work): one wake-up then buys them
+      // many pushes, instead of a futex round trip per freed cell.
       store_load_fence();
-      room_park.wake_one();
+      if (room_park.needs_wake() && ring.size_approx() <= ring.capacity() / 2) room_park.wake_one();
       if (drop_queued.load(std::memory_order_relaxed)) {
         t.reset();  // popped after shutdown began: cancelled, not started
         cancelled.fetch_add(1, std::memory_order_relaxed);
@@ -181,6 +186,7 @@ void pool_control::on_failure(worker_slot& slot, const char* what) noexcept {
 /// the idle timeout retires this worker, or shutdown tells it to exit.
 pool_control::next pool_control::await_work() noexcept {
   idle.fetch_add(1, std::memory_order_seq_cst);
+  room_park.wake_one();  // the queue ran dry: nobody may stay parked for room
   for (;;) {
     for (int i = 0; i < worker_spins && !ring.has_ready() && !ring.closed(); ++i) cpu_relax();
     if (ring.has_ready()) break;

@@ -76,7 +76,9 @@ class task_pool {
   task_pool& operator=(const task_pool&) = delete;
 
   /// Queues `t`, waiting while the queue is full. False once shut down (also when the
-  /// shutdown happens while waiting); `t` is then destroyed unrun.
+  /// shutdown happens while waiting); `t` is then destroyed unrun. A waiting scheduler
+  /// spins briefly, then parks; parked schedulers are woken when the queue has drained
+  /// to half or run dry (batched wake-ups), or at shutdown.
   bool schedule(task t) noexcept;
   /// Queues `t` only if there is room right now.
   bool try_schedule(task t) noexcept;

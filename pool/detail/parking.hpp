@@ -28,12 +28,16 @@ class parking {
  public:
   using clock = std::chrono::steady_clock;
 
+  /// Some parked thread has no wake-up pending. Call after store_load_fence()
+  /// following the state change.
+  bool needs_wake() const noexcept {
+    return _waiting.load(std::memory_order_relaxed) > _tokens.load(std::memory_order_relaxed);
+  }
+
   /// Wakes one parked thread if some parked thread has no wake-up pending.
   /// Call after store_load_fence() following the state change.
   void wake_one() noexcept {
-    if (_waiting.load(std::memory_order_relaxed) > _tokens.load(std::memory_order_relaxed)) {
-      wake_one_slow();
-    }
+    if (needs_wake()) wake_one_slow();
   }
 
   /// Wakes every parked thread (shutdown).

@@ -366,6 +366,22 @@ TEST_CASE("task_pool: no heap allocation per task in steady state", "[task_pool]
   CHECK(pool.stats().completed == 110'000);
 }
 
+TEST_CASE("task_pool: parked workers are always woken (no lost wake-up)", "[task_pool]") {
+  auto o = fixed_workers(2);
+  o.idle_timeout = std::chrono::minutes(10);  // a parked worker's only other way out
+  task_pool pool(o);
+  std::atomic<int> ran{0};
+  bool all_woken = true;
+  for (int i = 1; i <= 500 && all_woken; ++i) {
+    // Between two tasks the workers run dry and park (their spin lasts a few us): each
+    // task needs a wake-up. The pause shapes the workload; it synchronises nothing.
+    std::this_thread::sleep_for(20us);
+    REQUIRE(pool.schedule([&ran] { ++ran; }));
+    all_woken = eventually([&] { return ran == i; });
+  }
+  CHECK(all_woken);
+}
+
 TEST_CASE("task_pool: many producers, small queue, growing pool: nothing lost", "[task_pool]") {
   task_pool_options o;
   o.initial_workers = 1;
