@@ -1,0 +1,239 @@
+"""Shared helpers for wspush's integration tests and RFC 6455 conformance suite.
+
+Everything here talks to the real `wspush` binary over 127.0.0.1:
+- `ServerProcess` starts it with port 0, waits for the `listening on` log line (never sleeps), and makes
+  sure the process dies with the test (SIGKILL by PID on exit, plus PR_SET_PDEATHSIG if the test is killed).
+- `run_main` gives every script the same exit codes: 0 pass, 1 fail (with a clear message), 77 skipped
+  because `--io uring` was asked for but the server fell back to epoll.
+- Re-exported from `wsp_wire`: `http_exchange` (raw HTTP), `encode_frame` / `decode_frame` (RFC 6455
+  with masking) and `RawWebSocket` (a raw-socket client that can send anything, byte by byte).
+
+Only the standard library is used, so the conformance suite runs wherever Python 3.9+ does.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Optional
+
+from wsp_wire import *  # noqa: F401,F403  (one import for the test scripts)
+from wsp_wire import Skip, TestFailure, check, scaled
+
+SKIP_EXIT = 77
+LISTEN_RE = re.compile(r"listening on ([0-9.]+):(\d+)")
+BACKEND_RE = re.compile(r"wspush: io backend: (uring|epoll)(.*)")
+
+# --------------------------------------------------------------------------------------------------
+# Server process
+# --------------------------------------------------------------------------------------------------
+
+_live_servers: "set[ServerProcess]" = set()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the test process is killed (CTest timeout), the
+    # kernel sends SIGKILL to the server too, so no stray server outlives its test.
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # pragma: no cover - best effort only
+        pass
+
+
+def _kill_all_servers() -> None:
+    for server in list(_live_servers):
+        server.kill()
+
+
+atexit.register(_kill_all_servers)
+
+
+class ServerProcess:
+    """One wspush process on 127.0.0.1 with an OS-chosen port.
+
+    Use as a context manager; `kill()` is also registered at exit, so the server is killed by its PID
+    however the test ends.
+    """
+
+    def __init__(self, binary: str, io: str = "epoll", mode: str = "echo", extra=(), env=None,
+                 allow_fallback: bool = False, quiet: bool = True):
+        self.binary = binary
+        self.io = io
+        self.mode = mode
+        self.extra = [str(x) for x in extra]
+        self.env = env
+        self.allow_fallback = allow_fallback
+        self.quiet = quiet
+        self.proc: Optional[subprocess.Popen] = None
+        self.port = 0
+        self.backend = ""
+        self.backend_line = ""
+        self.log: list[str] = []
+        self._cond = threading.Condition()
+        self._reader: Optional[threading.Thread] = None
+
+    def command(self) -> list[str]:
+        cmd = [self.binary]
+        if self.binary.endswith(".py"):
+            cmd = [sys.executable, self.binary]
+        return cmd + ["--listen", "127.0.0.1:0", f"--mode={self.mode}", f"--io={self.io}",
+                      "--auth=none", *self.extra]
+
+    def start(self, timeout: float = 30.0) -> "ServerProcess":
+        env = dict(os.environ)
+        env.pop("WSPUSH_TEST_FAIL_URING", None)
+        env.update(self.env or {})
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
+        _live_servers.add(self)
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        match = self.wait_for_log(LISTEN_RE, scaled(timeout), what="the 'listening on' line")
+        self.port = int(match.group(2))
+        self._check_backend()
+        return self
+
+    def _check_backend(self) -> None:
+        with self._cond:
+            lines = [l for l in self.log if BACKEND_RE.search(l)]
+        check(bool(lines), "server printed no 'wspush: io backend: ...' line before 'listening on'")
+        self.backend_line = lines[-1]
+        self.backend = BACKEND_RE.search(self.backend_line).group(1)
+        if self.io == "uring" and self.backend != "uring" and not self.allow_fallback:
+            raise Skip(f"asked for --io=uring but the server fell back: {self.backend_line.strip()}")
+        if self.io == "epoll":
+            check(self.backend == "epoll", f"asked for --io=epoll, server says: {self.backend_line.strip()}")
+
+    def _read_log(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if not self.quiet:
+                print(f"[server] {line}", file=sys.stderr, flush=True)
+            with self._cond:
+                self.log.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self.log.append("<stderr closed>")
+            self._cond.notify_all()
+
+    def wait_for_log(self, pattern, timeout: float, what: str = "", start: int = 0):
+        """Waits for a log line matching `pattern` (searched from line `start`); returns the match."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        seen = start
+        with self._cond:
+            while True:
+                for line in self.log[seen:]:
+                    match = regex.search(line)
+                    if match:
+                        return match
+                seen = len(self.log)
+                if self.log and self.log[-1] == "<stderr closed>":
+                    raise TestFailure(f"server exited (rc={self.proc.poll()}) before {what or pattern}\n"
+                                      + self.log_tail())
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TestFailure(f"timed out after {timeout:.1f}s waiting for {what or pattern}\n"
+                                      + self.log_tail())
+                self._cond.wait(min(left, 0.5))
+
+    def log_tail(self, n: int = 30) -> str:
+        with self._cond:
+            lines = self.log[-n:]
+        return "server log (last lines):\n" + "\n".join("  | " + l for l in lines)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def wait_exit(self, timeout: float) -> int:
+        """Waits for the process to exit by itself; returns its exit status (negative: killed by signal)."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TestFailure(f"server did not exit within {timeout:.1f}s\n" + self.log_tail())
+        _live_servers.discard(self)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _live_servers.discard(self)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line and exit codes shared by every script
+# --------------------------------------------------------------------------------------------------
+
+def arg_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--server", required=True, help="path of the wspush binary")
+    parser.add_argument("--io", choices=["uring", "epoll"], default="epoll", help="io backend to ask for")
+    parser.add_argument("--verbose", action="store_true", help="echo the server's log")
+    return parser
+
+
+def run_main(body, parser: argparse.ArgumentParser) -> None:
+    """Parses the arguments, runs `body(args)`, kills every server, exits 0 / 1 / 77."""
+    args = parser.parse_args()
+    code = 0
+    try:
+        body(args)
+        print("PASS")
+    except Skip as exc:
+        print(f"SKIP: {exc}")
+        code = SKIP_EXIT
+    except (TestFailure, AssertionError) as exc:
+        print(f"FAIL: {exc}")
+        code = 1
+    except Exception:
+        print("FAIL: unexpected exception")
+        traceback.print_exc(file=sys.stdout)
+        code = 1
+    finally:
+        _kill_all_servers()
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def run_step(name: str, fn, *args, **kwargs):
+    """Runs one named step; a failure message is prefixed with the step name."""
+    started = time.monotonic()
+    try:
+        result = fn(*args, **kwargs)
+    except TestFailure as exc:
+        raise TestFailure(f"[{name}] {exc}") from None
+    print(f"ok - {name} ({time.monotonic() - started:.1f}s)", flush=True)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
