@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""The HTTP side of the upgrade, over raw sockets.
+
+Plain GET -> 426, wrong Sec-WebSocket-Version -> 426 with `Sec-WebSocket-Version: 13`, request past
+--max-request-bytes -> 431 (and one exactly at the limit is accepted), malformed requests -> 400, the TCP
+connection closed after every error answer; an upgrade that never completes is closed after
+--upgrade-timeout while an upgraded connection is left alone. Exit 0 pass, 1 fail, 77 io_uring unavailable.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_testlib import (OP_TEXT, RawWebSocket, ServerProcess, arg_parser, check,  # noqa: E402
+                         http_exchange, run_main, run_step, upgrade_request)
+
+MAX_REQUEST = 8192  # the server's default --max-request-bytes
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+
+
+def expect_status(port: int, request: bytes, status: int, what: str, piece: int = 0):
+    response = http_exchange(port, request, piece=piece)
+    check(response.status == status,
+          f"{what}: expected HTTP {status}, got {response.status} {response.reason!r}\n{response.raw[:300]!r}")
+    check(response.closed, f"{what}: HTTP {status} sent but the TCP connection was left open")
+    return response
+
+
+def plain_get(port: int) -> None:
+    expect_status(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 426, "GET without Upgrade")
+    expect_status(port, b"GET /ws?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n", 426,
+                  "GET /ws without Upgrade")
+
+
+def bad_version(port: int) -> None:
+    for version in ["8", "12", "14", "banana"]:
+        response = expect_status(port, upgrade_request("/", KEY, version=version), 426, f"version {version}")
+        versions = response.headers.get("sec-websocket-version", [])
+        check(any("13" in [x.strip() for x in v.split(",")] for v in versions),
+              f"426 for version {version} lacks 'Sec-WebSocket-Version: 13' (headers {response.headers})")
+
+
+def pad_header(total: int) -> str:
+    """An X-Pad header that makes an upgrade request (24-character key) exactly `total` bytes long."""
+    pad = total - len(upgrade_request("/", KEY, extra="X-Pad: \r\n"))
+    assert pad >= 0
+    return f"X-Pad: {'p' * pad}\r\n"
+
+
+def oversized(port: int) -> None:
+    with RawWebSocket(port).open(extra_headers=pad_header(MAX_REQUEST)) as ws:  # at the limit: accepted
+        ws.send_frame(OP_TEXT, b"at the limit")
+        ws.expect_message(OP_TEXT, b"at the limit")
+    over = upgrade_request("/", KEY, extra=pad_header(MAX_REQUEST + 1))
+    expect_status(port, over, 431, f"{len(over)}-byte request")
+    # Far past the limit, without ever ending the header block: must not wait for the end.
+    endless = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * (4 * MAX_REQUEST)
+    expect_status(port, endless, 431, "unterminated 32 KiB header", piece=1024)
+
+
+GARBAGE = [
+    (b"GARBAGE\r\n\r\n", "request line without spaces"),
+    (b"\x00\x01\x02\x03\xff\xfe\r\n\r\n", "binary junk"),
+    (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+     b"This line has no colon\r\n\r\n", "header line without a colon"),
+    (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+     b"Sec-WebSocket-Version: 13\r\n\r\n", "upgrade without Sec-WebSocket-Key"),
+    (b"GET / FTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", "not HTTP"),
+    (b"GET / HTTP/1.1\r\n: empty-name\r\nUpgrade: websocket\r\n\r\n", "header with an empty name"),
+]
+
+
+def garbage(port: int) -> None:
+    for request, what in GARBAGE:
+        expect_status(port, request, 400, what)
+
+
+def upgrade_timeout(port: int) -> None:
+    """With --upgrade-timeout 0.5: silent and half-sent upgrades are closed; an upgraded connection is not."""
+    upgraded = RawWebSocket(port).open()
+    silent = RawWebSocket(port, timeout=15).connect()
+    half = RawWebSocket(port, timeout=15).connect()
+    half.send_raw(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n")
+    try:
+        for client, what in [(silent, "a connection that sent nothing"), (half, "a half-sent upgrade request")]:
+            check(client.read_to_eof(client.timeout),
+                  f"{what} was not closed within {client.timeout:.1f}s (--upgrade-timeout 0.5)")
+            data = bytes(client.rbuf)
+            # An error status (408) before the close is fine; anything else is not.
+            check(data == b"" or data.startswith(b"HTTP/1.1 4"), f"{what}: got {data[:80]!r} before the close")
+        # Both timers have fired by now; the connection upgraded before them must still work.
+        upgraded.send_frame(OP_TEXT, b"still here")
+        upgraded.expect_message(OP_TEXT, b"still here")
+        upgraded.send_close(1000)
+        upgraded.expect_close(1000, reply=False)
+    finally:
+        for client in (silent, half, upgraded):
+            client.close_socket()
+
+
+def run(args) -> None:
+    with ServerProcess(args.server, io=args.io, mode="echo", quiet=not args.verbose) as server:
+        run_step("plain GET -> 426", plain_get, server.port)
+        run_step("bad Sec-WebSocket-Version -> 426 + version header", bad_version, server.port)
+        run_step("request over --max-request-bytes -> 431", oversized, server.port)
+        run_step("malformed requests -> 400", garbage, server.port)
+        with RawWebSocket(server.port).open() as ws:
+            ws.send_frame(OP_TEXT, b"after the errors")
+            ws.expect_message(OP_TEXT, b"after the errors")
+        check(server.alive(), "server exited\n" + server.log_tail())
+    with ServerProcess(args.server, io=args.io, mode="echo", extra=["--upgrade-timeout", "0.5"],
+                       quiet=not args.verbose) as server:
+        run_step("unfinished upgrades closed after --upgrade-timeout", upgrade_timeout, server.port)
+        check(server.alive(), "server exited\n" + server.log_tail())
+
+
+if __name__ == "__main__":
+    run_main(run, arg_parser(__doc__.splitlines()[0]))
