@@ -13,7 +13,7 @@ namespace {
 /// (with the kernel's checks) agrees across cores; without it RDTSC is no clock.
 bool has_invariant_tsc() noexcept {
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000007u) return false;
+  if (unsigned(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000007u) return false;
   __get_cpuid(0x80000007u, &a, &b, &c, &d);
   return (d & (1u << 8)) != 0;
 }
