@@ -198,7 +198,10 @@ pool_control::next pool_control::await_work() noexcept {
       std::this_thread::yield();  // a push that claimed its cell before close is finishing
       break;
     }
-    auto deadline = clock::now() + opts.idle_timeout;
+    // Only workers above `initial` can retire; the others sleep long (a zero
+    // idle_timeout must not turn them into spinners).
+    bool may_retire = workers.load(std::memory_order_relaxed) > opts.initial_workers;
+    auto deadline = clock::now() + (may_retire ? clock::duration(opts.idle_timeout) : std::chrono::hours(1));
     bool woken = work_park.park_until([this] { return ring.has_ready() || ring.closed(); }, deadline);
     if (!woken && try_retire()) return next::retire;
   }
@@ -318,6 +321,10 @@ task_pool_options normalise(task_pool_options o) {
   std::uint32_t cap = 2;
   while (cap < o.queue_capacity && cap < (1u << 31)) cap <<= 1;
   o.queue_capacity = cap;
+  // Bounded so that `now + timeout` cannot overflow; a day is "never" for both.
+  constexpr std::chrono::milliseconds day = std::chrono::hours(24);
+  o.idle_timeout = std::clamp(o.idle_timeout, std::chrono::milliseconds(0), day);
+  o.shutdown_timeout = std::clamp(o.shutdown_timeout, std::chrono::milliseconds(0), day);
   return o;
 }
 }  // namespace

@@ -31,6 +31,7 @@ struct task_pool_options {
   std::uint32_t queue_capacity = 4096;  ///< bounded; rounded up to a power of two (min 2)
   std::chrono::milliseconds idle_timeout{30'000};  ///< a worker above `initial` idle this long retires
   std::chrono::milliseconds shutdown_timeout{5'000};  ///< for soft_timeout
+  // Both timeouts are clamped to [0, 24 h].
 };
 
 /// A consistent-enough snapshot: each field is read atomically, not all together.

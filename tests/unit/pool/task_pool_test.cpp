@@ -83,6 +83,40 @@ TEST_CASE("task_pool: options are normalised", "[task_pool]") {
   CHECK(pool.stats().workers == 3);
   task_pool hw(task_pool_options{});
   CHECK(hw.options().max_workers == std::max(1u, std::thread::hardware_concurrency()));
+
+  task_pool_options extreme;
+  extreme.idle_timeout = std::chrono::milliseconds::max();
+  extreme.shutdown_timeout = std::chrono::milliseconds(-5);
+  task_pool clamped(extreme);
+  CHECK(clamped.options().idle_timeout == std::chrono::hours(24));
+  CHECK(clamped.options().shutdown_timeout == 0ms);
+  std::atomic<bool> ran{false};
+  REQUIRE(clamped.schedule([&ran] { ran = true; }));
+  REQUIRE(eventually([&] { return ran.load(); }));
+}
+
+TEST_CASE("task_pool: a zero idle timeout retires extra workers, never the initial ones",
+          "[task_pool]") {
+  task_pool_options o;
+  o.initial_workers = 1;
+  o.max_workers = 2;
+  o.idle_timeout = 0ms;
+  task_pool pool(o);
+  auto p = std::make_shared<probe>();
+  std::atomic<int> started{0};
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(pool.schedule([p, &started] {
+      ++started;
+      p->release.wait();
+    }));
+  }
+  REQUIRE(eventually([&] { return started == 2; }));
+  CHECK(pool.stats().workers == 2);
+  p->release.count_down();
+  REQUIRE(eventually([&] { return pool.stats().workers == 1; }));
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 100; ++i) REQUIRE(pool.schedule([&ran] { ++ran; }));
+  REQUIRE(eventually([&] { return ran == 100; }));
 }
 
 TEST_CASE("task_pool: grows to max_workers under load, retires down to initial when idle",
