@@ -1,5 +1,5 @@
 """Conformance categories 7 (close handling), 9 (limits) and 10 (a whole connection byte by byte)."""
-from casekit import (OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_TEXT, TestFailure, add, add_custom,  # noqa: F401
+from casekit import (OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_TEXT, add, add_custom,  # noqa: F401
                      close, close_empty, expect, frame, frames, pong, raw, send, send_close)
 from wsp_testlib import close_payload
 

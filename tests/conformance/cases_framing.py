@@ -2,7 +2,7 @@
 
 Modelled on the Autobahn testsuite's categories of the same numbers (our own cases and ids).
 """
-from casekit import (OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, add, add_custom,  # noqa: F401
+from casekit import (OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, add,  # noqa: F401
                      close, expect, frame, frames, pong, raw, send, send_close)
 
 LENGTHS = [0, 1, 125, 126, 127, 128, 65535, 65536]
@@ -93,45 +93,57 @@ def category_4() -> None:
 
 def category_5() -> None:
     """Fragmentation."""
+    fragmented_control_frames()
+    fragmented_messages(0, OP_TEXT, "text")
+    fragmented_messages(1, OP_BINARY, "binary")
+    orphan_continuations()
+
+
+def fragmented_control_frames() -> None:
     add("5.1", "ping in 2 fragments -> 1002", send(OP_PING, b"frag", fin=False), send(OP_CONT, b"ment"),
         close(1002))
     add("5.2", "pong in 2 fragments -> 1002", send(OP_PONG, b"frag", fin=False), send(OP_CONT, b"ment"),
         close(1002))
     add("5.3", "close in 2 fragments -> 1002", send(OP_CLOSE, b"\x03\xe8", fin=False), send(OP_CONT, b"x"),
         close(1002))
-    for k, (op, name) in enumerate([(OP_TEXT, "text"), (OP_BINARY, "binary")]):
-        base = 4 + 10 * k
-        add(f"5.{base}", f"{name} in 2 fragments, one write",
-            raw(frames((op, b"frag", {"fin": False}), (OP_CONT, b"ment"))), expect(op, b"fragment"))
-        add(f"5.{base + 1}", f"{name} in 2 fragments, separate writes",
-            send(op, b"frag", fin=False), send(OP_CONT, b"ment"), expect(op, b"fragment"))
-        add(f"5.{base + 2}", f"{name} in 2 fragments with a ping between (one write)",
-            raw(frames((op, b"frag", {"fin": False}), (OP_PING, b"between"), (OP_CONT, b"ment"))),
-            pong(b"between"), expect(op, b"fragment"))
-        add(f"5.{base + 3}", f"{name} in 2 fragments with a ping between, separate writes",
-            send(op, b"frag", fin=False), send(OP_PING, b"between"), pong(b"between"), send(OP_CONT, b"ment"),
-            expect(op, b"fragment"))
-        add(f"5.{base + 4}", f"{name} in 2 fragments with a ping between, one byte per send",
-            raw(frames((op, b"frag", {"fin": False}), (OP_PING, b"between"), (OP_CONT, b"ment")), piece=1),
-            pong(b"between"), expect(op, b"fragment"))
-        parts = [b"f", b"", b"ragm", b"", b"ent", b""]
-        add(f"5.{base + 5}", f"{name} in 6 fragments, some empty, pings and a pong between them",
-            send(op, parts[0], fin=False), send(OP_CONT, parts[1], fin=False), send(OP_PING, b"1"),
-            send(OP_CONT, parts[2], fin=False), send(OP_PONG, b"x"), send(OP_CONT, parts[3], fin=False),
-            send(OP_PING, b"2"), send(OP_CONT, parts[4], fin=False), send(OP_CONT, parts[5]),
-            pong(b"1"), pong(b"2"), expect(op, b"fragment"))
-        chunks = [bytes([48 + i % 10]) for i in range(100)]
-        add(f"5.{base + 6}", f"{name} of 100 one-byte fragments",
-            send(op, chunks[0], fin=False), *[send(OP_CONT, c, fin=False) for c in chunks[1:-1]],
-            send(OP_CONT, chunks[-1]), expect(op, b"".join(chunks)))
-        add(f"5.{base + 7}", f"{name} fragment, then a new {name} message inside it -> 1002",
-            send(op, b"first", fin=False), send(op, b"second"), close(1002))
-        other = OP_BINARY if op == OP_TEXT else OP_TEXT
-        add(f"5.{base + 8}", f"{name} fragment, then a data frame of the other type -> 1002",
-            send(op, b"first", fin=False), send(other, b"second", fin=False), close(1002))
-        add(f"5.{base + 9}", f"{name} in 2 fragments, then the same again on the connection",
-            send(op, b"frag", fin=False), send(OP_CONT, b"ment"), send(op, b"again", fin=False),
-            send(OP_CONT, b"!"), expect(op, b"fragment"), expect(op, b"again!"))
+
+
+def fragmented_messages(k: int, op: int, name: str) -> None:
+    base = 4 + 10 * k
+    add(f"5.{base}", f"{name} in 2 fragments, one write",
+        raw(frames((op, b"frag", {"fin": False}), (OP_CONT, b"ment"))), expect(op, b"fragment"))
+    add(f"5.{base + 1}", f"{name} in 2 fragments, separate writes",
+        send(op, b"frag", fin=False), send(OP_CONT, b"ment"), expect(op, b"fragment"))
+    add(f"5.{base + 2}", f"{name} in 2 fragments with a ping between (one write)",
+        raw(frames((op, b"frag", {"fin": False}), (OP_PING, b"between"), (OP_CONT, b"ment"))),
+        pong(b"between"), expect(op, b"fragment"))
+    add(f"5.{base + 3}", f"{name} in 2 fragments with a ping between, separate writes",
+        send(op, b"frag", fin=False), send(OP_PING, b"between"), pong(b"between"), send(OP_CONT, b"ment"),
+        expect(op, b"fragment"))
+    add(f"5.{base + 4}", f"{name} in 2 fragments with a ping between, one byte per send",
+        raw(frames((op, b"frag", {"fin": False}), (OP_PING, b"between"), (OP_CONT, b"ment")), piece=1),
+        pong(b"between"), expect(op, b"fragment"))
+    parts = [b"f", b"", b"ragm", b"", b"ent", b""]
+    add(f"5.{base + 5}", f"{name} in 6 fragments, some empty, pings and a pong between them",
+        send(op, parts[0], fin=False), send(OP_CONT, parts[1], fin=False), send(OP_PING, b"1"),
+        send(OP_CONT, parts[2], fin=False), send(OP_PONG, b"x"), send(OP_CONT, parts[3], fin=False),
+        send(OP_PING, b"2"), send(OP_CONT, parts[4], fin=False), send(OP_CONT, parts[5]),
+        pong(b"1"), pong(b"2"), expect(op, b"fragment"))
+    chunks = [bytes([48 + i % 10]) for i in range(100)]
+    add(f"5.{base + 6}", f"{name} of 100 one-byte fragments",
+        send(op, chunks[0], fin=False), *[send(OP_CONT, c, fin=False) for c in chunks[1:-1]],
+        send(OP_CONT, chunks[-1]), expect(op, b"".join(chunks)))
+    add(f"5.{base + 7}", f"{name} fragment, then a new {name} message inside it -> 1002",
+        send(op, b"first", fin=False), send(op, b"second"), close(1002))
+    other = OP_BINARY if op == OP_TEXT else OP_TEXT
+    add(f"5.{base + 8}", f"{name} fragment, then a data frame of the other type -> 1002",
+        send(op, b"first", fin=False), send(other, b"second", fin=False), close(1002))
+    add(f"5.{base + 9}", f"{name} in 2 fragments, then the same again on the connection",
+        send(op, b"frag", fin=False), send(OP_CONT, b"ment"), send(op, b"again", fin=False),
+        send(OP_CONT, b"!"), expect(op, b"fragment"), expect(op, b"again!"))
+
+
+def orphan_continuations() -> None:
     add("5.24", "continuation (fin) with nothing to continue -> 1002", send(OP_CONT, b"orphan"), close(1002))
     add("5.25", "continuation (not fin) with nothing to continue -> 1002", send(OP_CONT, b"orphan", fin=False),
         close(1002))

@@ -121,6 +121,13 @@ async def close_handshake(port: int) -> None:
 
 
 async def run(args) -> None:
+    try:
+        await run_steps(args)
+    except websockets.ConnectionClosed as exc:
+        raise TestFailure(f"a connection closed unexpectedly: {exc}")
+
+
+async def run_steps(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="echo", quiet=not args.verbose) as server:
         await echo_sizes(server.port)
         await over_limit(server.port, "binary")

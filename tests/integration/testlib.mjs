@@ -51,6 +51,7 @@ export function parseArgs(argv = process.argv.slice(2)) {
 }
 
 const liveServers = new Set();
+const startedServers = [];
 process.on('exit', () => { for (const s of liveServers) s.kill(); });
 
 /** One wspush process on 127.0.0.1 with an OS-chosen port. */
@@ -71,10 +72,12 @@ export class Server {
 
   async start(timeoutSeconds = 30) {
     const [cmd, ...args] = this.command();
-    const env = { ...process.env, ...this.env };
-    if (!('WSPUSH_TEST_FAIL_URING' in this.env)) delete env.WSPUSH_TEST_FAIL_URING;
+    // Options also come from WSPUSH_* variables: only the test's own may reach the server.
+    const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('WSPUSH_'));
+    const env = { ...Object.fromEntries(inherited), ...this.env };
     this.proc = spawn(cmd, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
     liveServers.add(this);
+    startedServers.push(this);
     this.exitPromise = new Promise((resolve) => this.proc.on('exit', (code, sig) => {
       this.exited = { code, sig };
       liveServers.delete(this);
@@ -133,7 +136,12 @@ export class Server {
 
   alive() { return this.proc && this.exited === null; }
 
+  /** The process ended without the test stopping it. */
+  crashed() { return this.died || (this.exited !== null && !this.stopped); }
+
   kill() {
+    this.died = this.crashed();
+    this.stopped = true;
     if (this.alive()) {
       try { process.kill(this.proc.pid, 'SIGKILL'); } catch { /* already gone */ }
     }
@@ -211,6 +219,9 @@ export async function main(body) {
     } else {
       console.log(err instanceof TestFailure ? `FAIL: ${err.message}` : `FAIL: unexpected error\n${err.stack}`);
       code = 1;
+      for (const s of startedServers) {
+        if (s.crashed()) console.log(`server pid ${s.proc.pid} exited by itself (${JSON.stringify(s.exited)})\n${s.logTail(60)}`);
+      }
     }
   }
   for (const s of liveServers) s.kill();

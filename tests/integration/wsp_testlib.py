@@ -37,6 +37,7 @@ BACKEND_RE = re.compile(r"wspush: io backend: (uring|epoll)(.*)")
 # --------------------------------------------------------------------------------------------------
 
 _live_servers: "set[ServerProcess]" = set()
+_started_servers: "list[ServerProcess]" = []
 _PR_SET_PDEATHSIG = 1
 
 
@@ -81,6 +82,8 @@ class ServerProcess:
         self.log: list[str] = []
         self._cond = threading.Condition()
         self._reader: Optional[threading.Thread] = None
+        self._stopped = False
+        self._died = False
 
     def command(self) -> list[str]:
         cmd = [self.binary]
@@ -90,12 +93,13 @@ class ServerProcess:
                       "--auth=none", *self.extra]
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
-        env = dict(os.environ)
-        env.pop("WSPUSH_TEST_FAIL_URING", None)
+        # Options also come from WSPUSH_* variables: only the test's own may reach the server.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WSPUSH_")}
         env.update(self.env or {})
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
         _live_servers.add(self)
+        _started_servers.append(self)
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
         match = self.wait_for_log(LISTEN_RE, scaled(timeout), what="the 'listening on' line")
@@ -157,6 +161,7 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def signal(self, sig: int) -> None:
+        self._stopped = True
         if self.alive():
             os.kill(self.proc.pid, sig)
 
@@ -169,9 +174,15 @@ class ServerProcess:
         _live_servers.discard(self)
         return rc
 
+    def crashed(self) -> bool:
+        """The process ended without the test asking it to (no SIGTERM sent, not killed by us)."""
+        return self._died or (self.proc is not None and self.proc.poll() is not None and not self._stopped)
+
     def kill(self) -> None:
         if self.proc is None:
             return
+        self._died = self.crashed()
+        self._stopped = True
         if self.proc.poll() is None:
             try:
                 os.kill(self.proc.pid, signal.SIGKILL)
@@ -220,6 +231,10 @@ def run_main(body, parser: argparse.ArgumentParser) -> None:
         traceback.print_exc(file=sys.stdout)
         code = 1
     finally:
+        for server in _started_servers:
+            if code == 1 and server.crashed():
+                print(f"server pid {server.proc.pid} exited by itself with {server.proc.returncode}\n"
+                      + server.log_tail(60))
         _kill_all_servers()
     sys.stdout.flush()
     sys.exit(code)
