@@ -3,7 +3,9 @@
 // translation units only.
 
 #include <cstdint>
+#include <cstring>
 #include <new>
+#include <span>
 
 #include "pool/lease.hpp"
 #include "proto/http_upgrade.hpp"
@@ -48,6 +50,11 @@ struct out_queue {
   std::uint64_t bytes = 0;    // unsent bytes in the queue
   void** slots() noexcept { return reinterpret_cast<void**>(this + 1); }
 };
+
+/// memcpy that accepts an empty source (whose data() may be null: memcpy's is undefined then).
+inline void copy_bytes(std::uint8_t* dst, std::span<const std::uint8_t> src) noexcept {
+  if (!src.empty()) std::memcpy(dst, src.data(), src.size());
+}
 
 template <class T>
 T* block_as(const pool::lease& l) noexcept {

@@ -86,7 +86,7 @@ bool shard::queue_control(std::uint32_t i, proto::opcode op, std::span<const std
   if (!l) return false;
   std::size_t hn = proto::encode_frame_header(std::span<std::uint8_t, proto::max_server_header_size>(l.data(), proto::max_server_header_size), op,
                                               true, payload.size());
-  if (!payload.empty()) std::memcpy(l.data() + hn, payload.data(), payload.size());
+  copy_bytes(l.data() + hn, payload);
   l.set_size(hn + payload.size());
   // Control frames bypass the slow-consumer bound: they are tiny and a close must get out.
   return queue(i, pool::frame_ref::adopt(std::move(l)), true);

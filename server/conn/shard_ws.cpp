@@ -44,7 +44,7 @@ struct shard::ws_events {
     if (rs->msg) rs->msg.set_size(rx_state::header_room + rs->msg_len);
     if (!rs->msg || (need > rs->msg.capacity() && !rs->msg.reserve(std::max(need, rs->msg.capacity() * 2))))
       return s->fail(i, proto::close_code::too_big), false;
-    std::memcpy(rs->msg.data() + rx_state::header_room + rs->msg_len, piece.data(), piece.size());
+    copy_bytes(rs->msg.data() + rx_state::header_room + rs->msg_len, piece);
     rs->msg_len += std::uint32_t(piece.size());
     if (!last) return true;
     pool::lease msg = std::move(rs->msg);
@@ -153,7 +153,7 @@ bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::sp
     frame = _g.buffers->acquire(hn + piece.size());
     if (!frame) return fail(i, proto::close_code::internal_error), false;
     std::memcpy(frame.data(), hdr, hn);
-    std::memcpy(frame.data() + hn, piece.data(), piece.size());
+    copy_bytes(frame.data() + hn, piece);
     frame.set_size(hn + piece.size());
   }
   pool::frame_ref f = pool::frame_ref::adopt(std::move(frame));
