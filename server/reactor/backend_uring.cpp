@@ -217,6 +217,12 @@ bool uring_backend::start_reading(int fd, conn_token t) noexcept {
 }
 
 send_result uring_backend::send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept {
+  if (iovcnt == 1) {  // the common fan-out case: one frame, no msghdr to copy
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_send(sqe, fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, pack(tag_send, t));
+    return {send_outcome::pending, 0, 0};
+  }
   if (_msgs_used == _msgs.size() || _iov_used + iovcnt > _iov.size()) {
     io_uring_submit(&_ring);
     reset_arena();
