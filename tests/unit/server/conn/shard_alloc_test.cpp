@@ -139,7 +139,9 @@ struct client {
 
 struct running_shard {
   config cfg;
-  pool::task_pool tasks{pool::task_pool_options{}};
+  // One worker, no growth: a new worker thread is an allocation, and growth under load is
+  // not the steady state this test is about.
+  pool::task_pool tasks{pool::task_pool_options{.initial_workers = 1, .max_workers = 1}};
   pool::buffer_pool buffers;
   shard_group group;
   int listen_fd;
