@@ -51,6 +51,9 @@ class upgrade_parser {
   /// Forget the scan position: call before parsing a different request.
   void reset() noexcept { _scanned = 0; }
 
+  /// How far the search for the end of the header block has got (whole lines only).
+  std::uint32_t scanned() const noexcept { return _scanned; }
+
  private:
   struct scan_result;
   scan_result find_end(std::string_view bytes) noexcept;
