@@ -25,7 +25,8 @@ using clock = std::chrono::steady_clock;
 /// How long a worker (or a scheduler) spins before it parks. Short: the machine is
 /// shared, and a parked thread costs a futex wake only when someone needs it.
 constexpr int worker_spins = 128;
-constexpr int scheduler_spins = 64;
+constexpr int scheduler_polls = 8;         // a scheduler waiting for room checks 8 times,
+constexpr int scheduler_poll_pauses = 16;  // 16 pauses apart (~2 us in all here)
 
 /// Counters of one worker. Written only by the worker occupying the slot (owner_add, no
 /// locked RMW), read by stats(). Slots are reused after a worker retires, so the
@@ -55,6 +56,7 @@ struct pool_control {
   void on_failure(worker_slot& slot, const char* what) noexcept;
   bool spawn(const std::shared_ptr<pool_control>& self) noexcept;
   void on_worker_exit(std::uint32_t slot_index, bool retired) noexcept;
+  bool await_room(clock::time_point deadline, bool burst) noexcept;
   void cancel_queued() noexcept;
   bool wait_for_workers(clock::time_point deadline) noexcept;
   void run_leftovers() noexcept;
@@ -78,11 +80,14 @@ struct pool_control {
   alignas(cache_line) std::atomic<std::uint32_t> idle{0};
   parking work_park;
 
-  alignas(cache_line) parking room_park;
+  // Schedulers waiting for room: schedule() waits for the queue to drain to half
+  // (burst_park), schedule_for() for any free cell (cell_park, its timeout counts).
+  alignas(cache_line) parking burst_park;
+  parking cell_park;
   std::atomic<std::uint32_t> sched_waiting{0};
 
   // Failure counters on their own line: a producer hammering a full queue with
-  // try_schedule() must not slow the workers' reads of room_park.
+  // try_schedule() must not slow the workers' reads of the parkings.
   alignas(cache_line) std::atomic<std::uint64_t> rejected{0};
   std::atomic<std::uint64_t> cancelled{0};
   std::atomic<std::int64_t> last_log_ns{std::numeric_limits<std::int64_t>::min() / 2};
@@ -124,11 +129,12 @@ bool pool_control::worker_loop(worker_slot& slot) noexcept {
   std::uint64_t t0 = tick_clock::now();
   for (;;) {
     if (ring.try_pop(t)) {
-      // A cell just became free. Schedulers parked on a full queue are woken once it
-      // has drained to half (or runs dry, in await_work): one wake-up then buys them
-      // many pushes, instead of a futex round trip per freed cell.
+      // A cell just became free. Parked schedule() callers are woken once the queue
+      // has drained to half (or runs dry, in await_work): one wake-up then buys them a
+      // burst of pushes. schedule_for() callers want any cell before their deadline.
       store_load_fence();
-      if (room_park.needs_wake() && ring.size_approx() <= ring.capacity() / 2) room_park.wake_one();
+      cell_park.wake_one();
+      if (burst_park.needs_wake() && ring.size_approx() <= ring.capacity() / 2) burst_park.wake_one();
       if (drop_queued.load(std::memory_order_relaxed)) {
         t.reset();  // popped after shutdown began: cancelled, not started
         cancelled.fetch_add(1, std::memory_order_relaxed);
@@ -186,7 +192,8 @@ void pool_control::on_failure(worker_slot& slot, const char* what) noexcept {
 /// the idle timeout retires this worker, or shutdown tells it to exit.
 pool_control::next pool_control::await_work() noexcept {
   idle.fetch_add(1, std::memory_order_seq_cst);
-  room_park.wake_one();  // the queue ran dry: nobody may stay parked for room
+  burst_park.wake_one();  // the queue ran dry: nobody may stay parked for room
+  cell_park.wake_one();
   for (;;) {
     for (int i = 0; i < worker_spins && !ring.has_ready() && !ring.closed(); ++i) cpu_relax();
     if (ring.has_ready()) break;
@@ -253,6 +260,27 @@ void pool_control::on_worker_exit(std::uint32_t slot_index, bool retired) noexce
   slots[slot_index].occupied = false;
   --live_threads;
   exited.notify_all();
+}
+
+/// A scheduler found the queue full. With `burst` (schedule()), wait until the workers
+/// have drained it to half, so that the scheduler then pushes a burst instead of
+/// fighting the workers for every freed cell (its polls would steal the very cache
+/// lines they write); FIFO order means its task starts no later for it. Without
+/// (schedule_for(): its deadline must see every chance), any free cell will do.
+/// Polls sparsely for a few microseconds, then parks; workers wake the parkers (see
+/// worker_loop, await_work). False once `deadline` has passed.
+bool pool_control::await_room(clock::time_point deadline, bool burst) noexcept {
+  const std::uint64_t low_water = burst ? ring.capacity() / 2 : ring.capacity() - 1;
+  auto ready = [this, low_water] { return ring.closed() || ring.size_approx() <= low_water; };
+  for (int poll = 0; poll < scheduler_polls; ++poll) {
+    for (int i = 0; i < scheduler_poll_pauses; ++i) cpu_relax();
+    if (ready()) return true;
+  }
+  auto now = clock::now();
+  if (now >= deadline) return false;
+  auto park_deadline = deadline - now > std::chrono::hours(1) ? now + std::chrono::hours(1) : deadline;
+  (burst ? burst_park : cell_park).park_until(ready, park_deadline);
+  return true;  // try again; a timeout shows up on the next call
 }
 
 void pool_control::cancel_queued() noexcept {
@@ -374,23 +402,15 @@ bool task_pool::schedule_for(task t, std::chrono::nanoseconds timeout) noexcept 
   return schedule_until(t, deadline);
 }
 
-/// Slow path: the queue was full. Spin a little, then park until a worker frees a cell,
-/// the deadline passes (time_point::max() = never), or the pool shuts down.
+/// Slow path: the queue was full. Wait for room (see pool_control::await_room) and
+/// retry until the push succeeds, the deadline passes (time_point::max() = never), or
+/// the pool shuts down.
 bool task_pool::schedule_until(task& t, std::chrono::steady_clock::time_point deadline) noexcept {
   auto& c = *_ctl;
   c.sched_waiting.fetch_add(1, std::memory_order_relaxed);
   detail::push_result r;
-  for (int spins = 0;; ++spins) {
-    r = c.ring.try_push(t);
-    if (r != detail::push_result::full) break;
-    if (spins < detail::scheduler_spins) {
-      detail::cpu_relax();
-      continue;
-    }
-    auto now = detail::clock::now();
-    if (now >= deadline) break;
-    auto park_deadline = deadline - now > std::chrono::hours(1) ? now + std::chrono::hours(1) : deadline;
-    c.room_park.park_until([&c] { return c.ring.has_room_or_closed(); }, park_deadline);
+  const bool burst = deadline == detail::clock::time_point::max();  // schedule(), not _for
+  while ((r = c.ring.try_push(t)) == detail::push_result::full && c.await_room(deadline, burst)) {
   }
   c.sched_waiting.fetch_sub(1, std::memory_order_relaxed);
   if (r != detail::push_result::ok) return reject();
@@ -423,7 +443,8 @@ void task_pool::shutdown(shutdown_mode mode) noexcept {
   if (mode == shutdown_mode::hard) c.stop.store(true, std::memory_order_seq_cst);
   c.ring.close();
   c.work_park.wake_all();
-  c.room_park.wake_all();
+  c.burst_park.wake_all();
+  c.cell_park.wake_all();
   if (drop) c.cancel_queued();
   if (mode == shutdown_mode::hard) {
     c.detach_all();

@@ -77,13 +77,14 @@ class task_pool {
   task_pool& operator=(const task_pool&) = delete;
 
   /// Queues `t`, waiting while the queue is full. False once shut down (also when the
-  /// shutdown happens while waiting); `t` is then destroyed unrun. A waiting scheduler
-  /// spins briefly, then parks; parked schedulers are woken when the queue has drained
-  /// to half or run dry (batched wake-ups), or at shutdown.
+  /// shutdown happens while waiting); `t` is then destroyed unrun. A scheduler that
+  /// finds the queue full waits until the workers have drained it to half (polling a
+  /// few microseconds, then parked), and then retries: blocked producers push in bursts
+  /// and sleep in between instead of contending for each freed cell.
   bool schedule(task t) noexcept;
   /// Queues `t` only if there is room right now.
   bool try_schedule(task t) noexcept;
-  /// Waits at most `timeout` for room.
+  /// Waits at most `timeout` for a free cell (no drain-to-half: any chance counts).
   bool schedule_for(task t, std::chrono::nanoseconds timeout) noexcept;
 
   /// Stops the pool as `mode` says. Idempotent: the first call decides, later calls

@@ -78,13 +78,6 @@ class task_ring {
     return _cells[pos & _mask].seq.load(std::memory_order_acquire) == pos + 1;
   }
 
-  /// The cell at the tail is free (a push would probably succeed), or the ring is closed.
-  bool has_room_or_closed() const noexcept {
-    std::uint64_t pos = _enq.load(std::memory_order_relaxed);
-    if ((pos & closed_bit) != 0) return true;
-    return _cells[pos & _mask].seq.load(std::memory_order_acquire) == pos;
-  }
-
   /// After close() no push succeeds; pushes that claimed a cell before still publish it.
   void close() noexcept { _enq.fetch_or(closed_bit, std::memory_order_seq_cst); }
   bool closed() const noexcept { return (_enq.load(std::memory_order_relaxed) & closed_bit) != 0; }

@@ -206,6 +206,32 @@ TEST_CASE("task_pool: the queue is bounded", "[task_pool]") {
   CHECK(pool.stats().rejected == 3);
 }
 
+TEST_CASE("task_pool: schedule_for takes the first free cell; schedule waits for a burst",
+          "[task_pool]") {
+  task_pool pool(fixed_workers(1, 4));
+  auto p1 = std::make_shared<probe>();
+  auto p2 = std::make_shared<probe>();
+  REQUIRE(pool.schedule(blocker(p1)));
+  REQUIRE(eventually([&] { return p1->started.load(); }));
+  REQUIRE(pool.try_schedule(blocker(p2)));
+  for (int i = 0; i < 3; ++i) REQUIRE(pool.try_schedule([] {}));
+
+  std::atomic<int> burst_done{0}, cell_done{0};
+  std::thread burst([&] { burst_done = pool.schedule([] {}) ? 1 : -1; });
+  std::thread cell([&] { cell_done = pool.schedule_for([] {}, std::chrono::minutes(10)) ? 1 : -1; });
+  REQUIRE(eventually([&] { return pool.stats().waiting_schedulers == 2; }));
+  p1->release.count_down();  // the worker takes p2's blocker and holds again: one cell frees
+  REQUIRE(eventually([&] { return cell_done != 0; }));
+  CHECK(cell_done == 1);
+  CHECK(pool.stats().queue_length == 4);
+  CHECK(burst_done == 0);  // schedule() waits for the queue to drain to half
+  p2->release.count_down();
+  burst.join();
+  cell.join();
+  CHECK(burst_done == 1);
+  REQUIRE(eventually([&] { return pool.stats().completed == 7; }));
+}
+
 TEST_CASE("task_pool: a throwing task is contained and counted; the worker survives",
           "[task_pool]") {
   task_pool pool(fixed_workers(1));
