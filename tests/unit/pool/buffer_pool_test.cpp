@@ -97,6 +97,22 @@ TEST_CASE("buffer_pool: size, bytes, move and reset", "[buffer_pool]") {
   CHECK(pool.stats(1).heap_allocs == 2);
 }
 
+TEST_CASE("lease: release_raw/from_raw keeps the block leased in between", "[buffer_pool]") {
+  buffer_pool pool;
+  lease l = pool.acquire(100);
+  fill_pattern(l.data(), 100, 5);
+  l.set_size(100);
+  void* raw = l.release_raw();
+  CHECK_FALSE(l);
+  CHECK(pool.stats(0).leased == 1);
+  lease back = lease::from_raw(raw);
+  CHECK(back.size() == 100);
+  CHECK(has_pattern(back.data(), 100, 5));
+  back.reset();
+  CHECK(pool.stats(0).leased == 0);
+  CHECK(pool.stats(0).cached == 1);
+}
+
 TEST_CASE("buffer_pool: reserve grows to a bigger class keeping the contents", "[buffer_pool]") {
   buffer_pool pool;
   lease l = pool.acquire(512);
