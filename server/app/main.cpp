@@ -61,6 +61,29 @@ int wait_for_signal() {
   return sig;
 }
 
+/// Starts one thread per shard; each sets up its own backend (io_uring rings belong to the
+/// thread that made them) and runs. Exits the process if any backend could not start.
+std::vector<shard_start> start_shards(std::vector<std::unique_ptr<shard>>& shards, std::vector<std::thread>& threads) {
+  std::vector<shard_start> starts(shards.size());
+  std::latch ready(std::ptrdiff_t(shards.size()));
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    threads.emplace_back([&, k] {
+      starts[k].ok = shards[k]->start_backend(starts[k].why, starts[k].fell_back);
+      shard_start mine = starts[k];
+      ready.count_down();  // `starts` and `ready` may be gone after this
+      if (mine.ok) shards[k]->run();
+    });
+  }
+  ready.wait();
+  for (auto& st : starts) {
+    if (!st.ok) {
+      log(log_level::error, "cannot start the io backend: %s", st.why.c_str());
+      std::_Exit(1);
+    }
+  }
+  return starts;
+}
+
 int run(const config& cfg) {
   nofile_limits nf = raise_nofile_limit();
   log_startup(cfg, nf);
@@ -80,23 +103,8 @@ int run(const config& cfg) {
   for (unsigned k = 0; k < cfg.threads; ++k) shards.push_back(std::make_unique<shard>(group, int(k), listeners[k]));
   for (auto& s : shards) group.shards.push_back(s.get());
 
-  std::vector<shard_start> starts(cfg.threads);
-  std::latch ready(cfg.threads);
   std::vector<std::thread> threads;
-  for (unsigned k = 0; k < cfg.threads; ++k) {
-    threads.emplace_back([&, k] {
-      starts[k].ok = shards[k]->start_backend(starts[k].why, starts[k].fell_back);
-      ready.count_down();
-      if (starts[k].ok) shards[k]->run();
-    });
-  }
-  ready.wait();
-  for (auto& st : starts) {
-    if (!st.ok) {
-      log(log_level::error, "cannot start the io backend: %s", st.why.c_str());
-      std::_Exit(1);
-    }
-  }
+  std::vector<shard_start> starts = start_shards(shards, threads);
   if (starts[0].fell_back) log(log_level::info, "io backend: epoll (fallback: %s)", starts[0].why.c_str());
   else log(log_level::info, "io backend: %s", shards[0]->backend_name());
   log(log_level::info, "listening on %s (mode=%s, threads=%u)", local_name(listeners[0]).c_str(), mode_name(cfg.mode),

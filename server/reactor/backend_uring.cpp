@@ -56,6 +56,9 @@ class uring_backend final : public io_backend {
     bool paused = false;
   };
 
+  bool setup_ring(const backend_options& o, std::string& why) noexcept;
+  bool setup_buffers(const backend_options& o, std::string& why) noexcept;
+  bool probe(std::string& why) noexcept;
   io_uring_sqe* get_sqe() noexcept;
   void arm_accept(int listener) noexcept;
   void arm_wake() noexcept;
@@ -85,13 +88,27 @@ bool uring_backend::init(const backend_options& o, std::string& why) noexcept {
     why = "io_uring_queue_init: Operation not permitted (WSPUSH_TEST_FAIL_URING)";
     return false;
   }
+  if (!setup_ring(o, why) || !setup_buffers(o, why) || !probe(why)) return false;
+  _wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (_wakefd < 0) {
+    why = std::string("eventfd: ") + std::strerror(errno);
+    return false;
+  }
+  _msgs.resize(o.ring_entries);
+  _iov.resize(max_iov_per_batch);
+  arm_wake();
+  return true;
+}
+
+bool uring_backend::setup_ring(const backend_options& o, std::string& why) noexcept {
+  // Completions are only reaped by this thread, at its own pace: DEFER_TASKRUN saves the
+  // interrupts. Kernels before 6.1 lack it; plain flags then.
   io_uring_params p{};
   p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
-            IORING_SETUP_DEFER_TASKRUN;
-  p.flags |= IORING_SETUP_CQSIZE;
+            IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE;
   p.cq_entries = o.ring_entries * 4;
   int r = io_uring_queue_init_params(o.ring_entries, &_ring, &p);
-  if (r < 0) {  // older kernels: no DEFER_TASKRUN / SINGLE_ISSUER
+  if (r < 0) {
     p = {};
     p.flags = IORING_SETUP_CQSIZE;
     p.cq_entries = o.ring_entries * 4;
@@ -106,13 +123,21 @@ bool uring_backend::init(const backend_options& o, std::string& why) noexcept {
     why = "io_uring lacks SUBMIT_STABLE/FAST_POLL (kernel too old)";
     return false;
   }
+  return true;
+}
+
+bool uring_backend::setup_buffers(const backend_options& o, std::string& why) noexcept {
+  // The receive buffers are touched now (MAP_POPULATE): a fixed cost of the loop, paid at
+  // start, not a cost that grows with connections.
   _buf_count = o.buffer_count;
   _buf_size = o.buffer_size;
   _br_bytes = _buf_count * sizeof(io_uring_buf);
-  void* ring_mem = mmap(nullptr, _br_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
   _bufs_bytes = std::size_t(_buf_count) * _buf_size;
+  void* ring_mem = mmap(nullptr, _br_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
   void* buf_mem = mmap(nullptr, _bufs_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE | MAP_POPULATE, -1, 0);
   if (ring_mem == MAP_FAILED || buf_mem == MAP_FAILED) {
+    if (ring_mem != MAP_FAILED) munmap(ring_mem, _br_bytes);
+    if (buf_mem != MAP_FAILED) munmap(buf_mem, _bufs_bytes);
     why = "cannot map receive buffers";
     return false;
   }
@@ -122,7 +147,7 @@ bool uring_backend::init(const backend_options& o, std::string& why) noexcept {
   reg.ring_addr = reinterpret_cast<std::uint64_t>(_br);
   reg.ring_entries = _buf_count;
   reg.bgid = buffer_group;
-  if ((r = io_uring_register_buf_ring(&_ring, &reg, 0)) < 0) {
+  if (int r = io_uring_register_buf_ring(&_ring, &reg, 0); r < 0) {
     why = std::string("io_uring_register_buf_ring: ") + std::strerror(-r);
     return false;
   }
@@ -130,26 +155,17 @@ bool uring_backend::init(const backend_options& o, std::string& why) noexcept {
   for (unsigned i = 0; i < _buf_count; ++i)
     io_uring_buf_ring_add(_br, _bufs + std::size_t(i) * _buf_size, _buf_size, i, io_uring_buf_ring_mask(_buf_count), i);
   io_uring_buf_ring_advance(_br, _buf_count);
-
-  _wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (_wakefd < 0) {
-    why = "eventfd failed";
-    return false;
-  }
-  _msgs.resize(o.ring_entries);
-  _iov.resize(max_iov_per_batch);
-  arm_wake();
-  // Probe the opcodes we rely on by submitting nothing: a kernel without multishot
-  // accept/recv fails them at first use; check the probe instead.
-  io_uring_probe* probe = io_uring_get_probe_ring(&_ring);
-  bool ok = probe && io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
-            io_uring_opcode_supported(probe, IORING_OP_RECV) && io_uring_opcode_supported(probe, IORING_OP_ACCEPT);
-  if (probe) io_uring_free_probe(probe);
-  if (!ok) {
-    why = "io_uring lacks accept/recv/sendmsg";
-    return false;
-  }
   return true;
+}
+
+bool uring_backend::probe(std::string& why) noexcept {
+  io_uring_probe* p = io_uring_get_probe_ring(&_ring);
+  bool ok = p && io_uring_opcode_supported(p, IORING_OP_SENDMSG) && io_uring_opcode_supported(p, IORING_OP_SEND) &&
+            io_uring_opcode_supported(p, IORING_OP_RECV) && io_uring_opcode_supported(p, IORING_OP_ACCEPT) &&
+            io_uring_opcode_supported(p, IORING_OP_ASYNC_CANCEL);
+  if (p) io_uring_free_probe(p);
+  if (!ok) why = "io_uring lacks accept/recv/send/sendmsg/cancel";
+  return ok;
 }
 
 uring_backend::~uring_backend() {
