@@ -5,6 +5,7 @@
 /// Views into the caller's bytes, no header map, no copies, no allocation. It keeps what the
 /// server needs (target, key, token, a few headers for logs) and checks the rest on the way.
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -29,7 +30,10 @@ struct upgrade_result {
 /// Parses one request head. Rules, strict on purpose (a WebSocket client is a browser or a
 /// library, never a hand-typed request):
 /// - request line `METHOD SP origin-form-target SP HTTP/1.x CRLF`; every line ends in CRLF
-///   (bare LF, obs-fold, control characters, header names that are not tokens → 400);
+///   (bare LF, obs-fold, header names that are not tokens → 400; control characters → 400 in
+///   the request line and in the values it uses: Host, Origin, Sec-WebSocket-*, Upgrade,
+///   Connection, the cookie token. The values of other headers are skipped without being read,
+///   which is what keeps a ~500-byte request under 200 ns; they never reach the application.);
 /// - no end of the header block within max_request_bytes → 431 as soon as that is known;
 /// - major version other than 1 → 505;
 /// - no `Upgrade` header → plain_http (the server answers it itself; Host rules still apply);
@@ -51,14 +55,14 @@ class upgrade_parser {
   /// Forget the scan position: call before parsing a different request.
   void reset() noexcept { _scanned = 0; }
 
-  /// How far the search for the end of the header block has got (whole lines only).
+  /// How many bytes the search for the end of the header block has covered.
   std::uint32_t scanned() const noexcept { return _scanned; }
 
  private:
   struct scan_result;
-  scan_result find_end(std::string_view bytes) noexcept;
+  scan_result find_end(std::string_view bytes, std::size_t limit) noexcept;
 
-  std::uint32_t _scanned = 0;  // bytes up to here are whole CRLF-terminated lines, none empty
+  std::uint32_t _scanned = 0;  // bytes known to hold no end of the header block (each LF after a CR)
   std::uint32_t _max;
 };
 
