@@ -37,8 +37,12 @@ class writer {
  public:
   explicit writer(std::span<char> out) noexcept : _out(out) {}
   writer& operator<<(std::string_view s) noexcept {
-    if (s.size() > _out.size() - _len) _overflow = true;
-    else std::memcpy(_out.data() + _len, s.data(), s.size()), _len += s.size();
+    if (s.size() > _out.size() - _len) {
+      _overflow = true;
+    } else if (!s.empty()) {  // an empty view may have a null data(): not for memcpy
+      std::memcpy(_out.data() + _len, s.data(), s.size());
+      _len += s.size();
+    }
     return *this;
   }
   writer& operator<<(std::size_t n) noexcept {
