@@ -313,6 +313,25 @@ TEST_CASE("upgrade: malformed requests → 400", "[upgrade]") {
   expect_error(std::string("GET /\0 HTTP/1.1\r\nHost: h\r\n\r\n", 28), 400);
 }
 
+TEST_CASE("upgrade: what is read strictly and what is skipped", "[upgrade]") {
+  // Values the upgrade uses are checked for control characters...
+  for (std::string_view header : {"Host: a\x01" "b\r\n", "Origin: http://a\x1b\r\n", "Sec-WebSocket-Protocol: p\x7f\r\n"}) {
+    std::string text = upgrade_with(std::string(header), header.substr(0, 4) == "Host" ? "host" : "");
+    expect_error(text, 400);
+  }
+  expect_error(upgrade_with("Cookie: wspush_token=a\x02" "b\r\n"), 400);
+  // ...names always are, even when folding would make them look known (|0x20 maps CR to '-')
+  expect_error(upgrade_with("Sec\rWebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "key"), 400);
+  expect_error(upgrade_with("Sec-WebSocket\rVersion: 13\r\n", "version"), 400);
+  expect_error(upgrade_with("X-Na me: v\r\n"), 400);
+  expect_error(upgrade_with("X-\x80: v\r\n"), 400);
+  // ...while the values of other headers are skipped unread: they never reach the application
+  const upgrade_request r = expect_websocket(upgrade_with("X-Trace: a\x01" "b\tc\r\n"));
+  CHECK(r.host == "h");
+  // unusual but valid token characters in names go through the slow path
+  expect_websocket(upgrade_with("X_Odd.Name!#$%&'*+^`|~: v\r\nA-Very-Long-Header-Name-Beyond-Sixteen: v\r\n"));
+}
+
 TEST_CASE("upgrade: the header block limit → 431", "[upgrade]") {
   const std::uint32_t max = 200;
   std::string exact = upgrade_with("X-Pad: \r\n");
