@@ -111,6 +111,27 @@ inline std::size_t skip_ascii(const std::uint8_t* p, std::size_t i, std::size_t 
   return i;
 }
 
+constexpr bool is_cont(std::uint8_t b) noexcept { return (b & 0xC0) == 0x80; }
+
+/// Length of the complete, valid multi-byte sequence at p (4 bytes readable), or 0: whole
+/// characters without the DFA's chain of dependent table lookups. Anything invalid or cut
+/// short returns 0 and goes to the DFA, which finds the exact byte where it fails.
+inline std::size_t whole_sequence(const std::uint8_t* p) noexcept {
+  const std::uint8_t b0 = p[0], b1 = p[1];
+  if (b0 >= 0xC2 && b0 <= 0xDF) return is_cont(b1) ? 2 : 0;
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    if (!is_cont(b1) || !is_cont(p[2])) return 0;
+    if ((b0 == 0xE0 && b1 < 0xA0) || (b0 == 0xED && b1 > 0x9F)) return 0;  // overlong, surrogate
+    return 3;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    if (!is_cont(b1) || !is_cont(p[2]) || !is_cont(p[3])) return 0;
+    if ((b0 == 0xF0 && b1 < 0x90) || (b0 == 0xF4 && b1 > 0x8F)) return 0;  // overlong, > U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
 /// Runs the DFA from `state` over `bytes`; returns the final state (s_reject as soon as one
 /// byte is invalid: the rest is not looked at).
 inline std::uint8_t run(std::uint8_t state, std::span<const std::uint8_t> bytes) noexcept {
@@ -118,7 +139,14 @@ inline std::uint8_t run(std::uint8_t state, std::span<const std::uint8_t> bytes)
   const std::size_t n = bytes.size();
   std::size_t i = 0;
   for (;;) {
-    if (state == s_accept) i = skip_ascii(p, i, n);
+    if (state == s_accept) {
+      i = skip_ascii(p, i, n);
+      while (i + 4 <= n) {  // whole characters, then ASCII again
+        const std::size_t len = whole_sequence(p + i);
+        if (len == 0) break;
+        i = skip_ascii(p, i + len, n);
+      }
+    }
     if (i == n) return state;
     state = k_tables.transition[state * 16 + k_tables.byte_class[p[i++]]];
     if (state == s_reject) return state;

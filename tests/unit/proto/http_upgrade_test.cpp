@@ -189,7 +189,9 @@ TEST_CASE("upgrade: Sec-WebSocket-Key validation", "[upgrade]") {
     CHECK(expect_websocket(upgrade_with("Sec-WebSocket-Key: " + std::string(key) + "\r\n", "key")).key == key);
   for (std::string_view key : {"", "dGhlIHNhbXBsZSBub25jZQ=", "dGhlIHNhbXBsZSBub25jZQ===", "dGhlIHNhbXBsZSBub25jZQ",
                                "dGhlIHNhbXBsZSBub25jZ*==", "dGhlIHNhbXBsZSBub25jZB==", "dGhlIHNhbXBsZSBub25j=Q==",
-                               "ZGhlIHNhbXBsZSBub25jZQ", "the sample nonce 16bytes"}) {
+                               "ZGhlIHNhbXBsZSBub25jZQ", "the sample nonce 16bytes", "dGhlIHNhbXBsZSBub25j{Q==",
+                               "dGhl[HNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25@ZQ==", "`GhlIHNhbXBsZSBub25jZQ==",
+                               "dGhlIHNhbXBsZSBub25j:Q==", "dGhlIHNhbXBsZSBub-5jZQ=="}) {
     expect_error(upgrade_with("Sec-WebSocket-Key: " + std::string(key) + "\r\n", "key"), 400);
   }
   expect_error(upgrade_with("", "key"), 400);
@@ -325,6 +327,13 @@ TEST_CASE("upgrade: what is read strictly and what is skipped", "[upgrade]") {
   expect_error(upgrade_with("Sec-WebSocket\rVersion: 13\r\n", "version"), 400);
   expect_error(upgrade_with("X-Na me: v\r\n"), 400);
   expect_error(upgrade_with("X-\x80: v\r\n"), 400);
+  // (and with the bad header first, so that the name is checked 16 bytes at a time)
+  for (std::string_view bad : {"X-Na me: v\r\n", "X-\x80: v\r\n", "Bad@Name: v\r\n", "Host\t: h\r\n",
+                               "A-Long-Header-Name-With,Comma: v\r\n", "X{Y: v\r\n", "X[Y: v\r\n", "X@Y: v\r\n",
+                               "X/Y: v\r\n", "0123456789abcdef}: v\r\n"})
+    expect_error(std::string(upgrade_with("")).insert(18, bad), 400);  // right after the request line
+  // HTAB inside a used value is field-content, also in a long one
+  CHECK(expect_websocket(upgrade_with("Origin: http://a.example\tcom\r\n")).origin == "http://a.example\tcom");
   // ...while the values of other headers are skipped unread: they never reach the application
   const upgrade_request r = expect_websocket(upgrade_with("X-Trace: a\x01" "b\tc\r\n"));
   CHECK(r.host == "h");
