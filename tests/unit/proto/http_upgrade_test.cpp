@@ -335,8 +335,8 @@ TEST_CASE("upgrade: what is read strictly and what is skipped", "[upgrade]") {
   // HTAB inside a used value is field-content, also in a long one
   CHECK(expect_websocket(upgrade_with("Origin: http://a.example\tcom\r\n")).origin == "http://a.example\tcom");
   // ...while the values of other headers are skipped unread: they never reach the application
-  const upgrade_request r = expect_websocket(upgrade_with("X-Trace: a\x01" "b\tc\r\n"));
-  CHECK(r.host == "h");
+  const std::string skipped = upgrade_with("X-Trace: a\x01" "b\tc\r\n");
+  CHECK(expect_websocket(skipped).host == "h");
   // unusual but valid token characters in names go through the slow path
   expect_websocket(upgrade_with("X_Odd.Name!#$%&'*+^`|~: v\r\nA-Very-Long-Header-Name-Beyond-Sixteen: v\r\n"));
 }
