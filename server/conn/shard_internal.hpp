@@ -22,7 +22,7 @@ class shard;
 struct upgrade_job {
   shard* owner = nullptr;
   std::uint64_t token = 0;
-  proto::upgrade_parser parser;
+  proto::upgrade_parser parser{8192};  // replaced with the configured limit on creation
   std::uint32_t len = 0;       // request bytes (and any frame bytes right behind them)
   std::uint32_t consumed = 0;  // end of the request, set once parsed
   void* response = nullptr;    // a frame_ref released to a raw pointer by the worker
