@@ -1,0 +1,337 @@
+#include "server/pubsub/history.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+namespace wspush::server::pubsub {
+
+namespace detail {
+
+inline constexpr std::uint32_t none = 0xFFFFFFFFu;
+
+struct sv_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+struct topic_state {
+  std::uint64_t floor = 0;  // newest seq this topic lost (evicted/expired): since below it is lost
+  std::uint64_t last = 0;   // newest seq appended
+  std::uint32_t head = none, tail = none;  // oldest and newest retained entry
+  std::uint32_t count = 0;
+};
+using topic_map = std::unordered_map<std::string, topic_state, sv_hash, std::equal_to<>>;
+
+/// One retained publish. Budget: 48 bytes besides the frame itself.
+struct history_entry {
+  pool::frame_ref frame;
+  std::uint64_t seq = 0;
+  std::uint64_t time_ns = 0;
+  std::uint64_t stamp = 0;            // global append order
+  topic_map::value_type* topic = nullptr;  // stable: map nodes never move
+  std::uint32_t topic_next = none;    // next newer entry of the topic; free list link when free
+  std::uint32_t older = none, newer = none;  // the part's FIFO
+};
+static_assert(sizeof(history_entry) <= 56, "history_entry budget: 56 bytes");
+
+/// Approximate heap bytes of a topic's bookkeeping besides its name (map node, bucket).
+inline constexpr std::size_t topic_overhead = sizeof(topic_map::value_type) + 2 * sizeof(void*);
+
+struct history_part {
+  mutable std::mutex mu;
+  std::vector<history_entry> entries;
+  std::uint32_t free = none;
+  topic_map topics;
+  std::uint32_t oldest = none, newest = none;  // FIFO ends
+  std::uint64_t seq = 0;
+  std::uint64_t dropped_floor = 0;  // newest seq lost by a topic whose state was dropped
+  std::atomic<std::uint64_t> oldest_stamp{UINT64_MAX};  // read without the lock by enforce_cap
+  history_stats n;  // entries, bytes, topics, appends, evictions of this part
+};
+
+}  // namespace detail
+
+using detail::history_entry;
+using detail::history_part;
+using detail::none;
+using detail::topic_map;
+using detail::topic_state;
+
+namespace {
+
+std::string random_epoch() {
+  static constexpr char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::random_device rd;
+  std::uint64_t v = (std::uint64_t(rd()) << 32) | rd();
+  std::string e(6, '0');
+  for (char& c : e) {
+    c = digits[v % 36];
+    v /= 36;
+  }
+  return e;
+}
+
+bool expired(const history_entry& e, std::uint64_t ttl_ns, std::uint64_t now_ns) noexcept {
+  return ttl_ns != 0 && now_ns > e.time_ns && now_ns - e.time_ns >= ttl_ns;
+}
+
+std::size_t entry_bytes(const history_entry& e) noexcept { return sizeof(history_entry) + e.frame.bytes().size(); }
+
+void count_eviction(history_stats& n, evict_cause why) noexcept {
+  if (why == evict_cause::size) ++n.evicted_size;
+  else if (why == evict_cause::ttl) ++n.evicted_ttl;
+  else ++n.evicted_memory;
+}
+
+/// Removes the oldest entry of topic `t` (the part's FIFO may hold it anywhere: a size
+/// eviction takes a topic's oldest, which is not the part's oldest). When it was the
+/// topic's last entry the topic's state goes too, its floor kept in dropped_floor, and
+/// `t` is dangling: the return value says so.
+bool remove_head(history_part& p, topic_map::value_type* t, evict_cause why, std::atomic<std::uint64_t>& total) noexcept {
+  topic_state& ts = t->second;
+  std::uint32_t k = ts.head;
+  history_entry& e = p.entries[k];
+  ts.head = e.topic_next;
+  if (ts.head == none) ts.tail = none;
+  ts.floor = std::max(ts.floor, e.seq);
+  --ts.count;
+  if (e.older != none) p.entries[e.older].newer = e.newer;
+  else p.oldest = e.newer;
+  if (e.newer != none) p.entries[e.newer].older = e.older;
+  else p.newest = e.older;
+  p.oldest_stamp.store(p.oldest != none ? p.entries[p.oldest].stamp : UINT64_MAX, std::memory_order_relaxed);
+  std::size_t freed = entry_bytes(e);
+  --p.n.entries;
+  count_eviction(p.n, why);
+  e.frame.reset();
+  e.topic = nullptr;
+  e.older = e.newer = none;
+  e.topic_next = p.free;
+  p.free = k;
+  bool dropped = ts.count == 0;
+  if (dropped) {
+    p.dropped_floor = std::max(p.dropped_floor, ts.floor);
+    freed += t->first.size() + detail::topic_overhead;
+    --p.n.topics;
+    p.topics.erase(p.topics.find(std::string_view(t->first)));
+  }
+  p.n.bytes -= freed;
+  total.fetch_sub(freed, std::memory_order_relaxed);
+  return dropped;
+}
+
+/// Expires the topic's oldest entries; false when that dropped the topic.
+bool expire_topic(history_part& p, topic_map::value_type* t, std::uint64_t ttl_ns, std::uint64_t now_ns,
+                  std::atomic<std::uint64_t>& total) noexcept {
+  while (t->second.head != none && expired(p.entries[t->second.head], ttl_ns, now_ns))
+    if (remove_head(p, t, evict_cause::ttl, total)) return false;
+  return true;
+}
+
+/// A free entry index, growing the vector (may throw std::bad_alloc).
+std::uint32_t take_entry(history_part& p) {
+  if (p.free != none) {
+    std::uint32_t k = p.free;
+    p.free = p.entries[k].topic_next;
+    return k;
+  }
+  p.entries.emplace_back();
+  return std::uint32_t(p.entries.size() - 1);
+}
+
+}  // namespace
+
+history::history(history_options o) : _o(std::move(o)) {
+  _epoch = _o.epoch.empty() ? random_epoch() : _o.epoch;
+  if (_epoch.size() > max_epoch_bytes) throw std::invalid_argument("history epoch too long");
+  for (char c : _epoch)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) throw std::invalid_argument("history epoch not base36");
+  std::uint32_t n = std::bit_ceil(std::max<std::uint32_t>(_o.shards, 1));
+  _mask = n - 1;
+  _parts = std::make_unique<history_part[]>(n);
+}
+
+history::~history() = default;
+
+std::uint32_t history::shard_of(std::string_view topic) const noexcept {
+  // The high bits: the map inside the part buckets by the low ones.
+  return std::uint32_t(detail::sv_hash{}(topic) >> 40) & _mask;
+}
+
+history_id history::format_id(std::uint64_t seq) const noexcept {
+  history_id id;
+  std::memcpy(id.bytes, _epoch.data(), _epoch.size());
+  id.bytes[_epoch.size()] = ':';
+  char* end = std::to_chars(id.bytes + _epoch.size() + 1, id.bytes + sizeof id.bytes, seq).ptr;
+  id.len = std::uint8_t(end - id.bytes);
+  return id;
+}
+
+bool history::parse_id(std::string_view id, std::uint64_t& seq) const noexcept {
+  if (id.size() <= _epoch.size() + 1 || id.substr(0, _epoch.size()) != _epoch || id[_epoch.size()] != ':') return false;
+  std::string_view digits = id.substr(_epoch.size() + 1);
+  for (char c : digits)
+    if (c < '0' || c > '9') return false;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
+  return ec == std::errc() && end == digits.data() + digits.size();
+}
+
+std::uint64_t history::last_seq(std::uint32_t shard) const noexcept {
+  history_part& p = _parts[shard & _mask];
+  std::lock_guard lock(p.mu);
+  return p.seq;
+}
+
+append_result history::append_impl(std::string_view topic, std::uint64_t now_ns, void* ctx, make_fn make) noexcept {
+  append_result r;
+  r.shard = shard_of(topic);
+  history_part& p = _parts[r.shard];
+  {
+    std::lock_guard lock(p.mu);
+    history_id id = format_id(p.seq + 1);
+    pool::frame_ref frame = make(ctx, id.view(), p.seq + 1);
+    if (!frame) return r;
+    r.seq = ++p.seq;
+    r.ok = true;
+    ++p.n.appends;
+    topic_map::value_type* t = nullptr;
+    std::uint32_t k = none;
+    try {
+      if (_o.size_per_topic != 0) {
+        auto it = p.topics.find(topic);  // no key string built for a topic that exists
+        bool created = it == p.topics.end();
+        if (created) it = p.topics.try_emplace(std::string(topic)).first;
+        t = &*it;
+        if (created) {
+          t->second.floor = p.dropped_floor;  // what an earlier state of this topic lost
+          ++p.n.topics;
+          p.n.bytes += topic.size() + detail::topic_overhead;
+          _bytes.fetch_add(topic.size() + detail::topic_overhead, std::memory_order_relaxed);
+        }
+        k = take_entry(p);
+      }
+    } catch (...) {
+      // Published but not retained: record it as lost to anyone resuming before it.
+      if (t != nullptr && t->second.count == 0) {
+        p.n.bytes -= topic.size() + detail::topic_overhead;
+        _bytes.fetch_sub(topic.size() + detail::topic_overhead, std::memory_order_relaxed);
+        --p.n.topics;
+        p.topics.erase(p.topics.find(topic));
+        t = nullptr;
+      }
+    }
+    if (k == none) {
+      if (t != nullptr) t->second.floor = r.seq;
+      else p.dropped_floor = r.seq;
+      if (t != nullptr) t->second.last = r.seq;
+      return r;
+    }
+    history_entry& e = p.entries[k];
+    e.frame = std::move(frame);
+    e.seq = r.seq;
+    e.time_ns = now_ns;
+    e.stamp = _stamp.fetch_add(1, std::memory_order_relaxed);
+    e.topic = t;
+    e.topic_next = none;
+    e.older = p.newest;
+    e.newer = none;
+    if (p.newest != none) p.entries[p.newest].newer = k;
+    else p.oldest = k;
+    p.newest = k;
+    p.oldest_stamp.store(p.entries[p.oldest].stamp, std::memory_order_relaxed);
+    topic_state& ts = t->second;
+    if (ts.tail != none) p.entries[ts.tail].topic_next = k;
+    else ts.head = k;
+    ts.tail = k;
+    ts.last = r.seq;
+    ++ts.count;
+    ++p.n.entries;
+    p.n.bytes += entry_bytes(e);
+    _bytes.fetch_add(entry_bytes(e), std::memory_order_relaxed);
+    expire_topic(p, t, _o.ttl_ns, now_ns, _bytes);  // never the new entry: it is not old
+    while (ts.count > _o.size_per_topic) remove_head(p, t, evict_cause::size, _bytes);
+  }
+  if (_bytes.load(std::memory_order_relaxed) > _o.max_bytes) enforce_cap();
+  return r;
+}
+
+/// Evicts the globally oldest entries until the total is under the cap: the part whose
+/// oldest stamp is smallest gives up its oldest entry, one lock at a time. Stamps are read
+/// without locks, so under concurrent appends the order is oldest-first give or take the
+/// entries appended while this runs.
+void history::enforce_cap() noexcept {
+  while (_bytes.load(std::memory_order_relaxed) > _o.max_bytes) {
+    std::uint32_t best = none;
+    std::uint64_t best_stamp = UINT64_MAX;
+    for (std::uint32_t i = 0; i <= _mask; ++i) {
+      std::uint64_t s = _parts[i].oldest_stamp.load(std::memory_order_relaxed);
+      if (s < best_stamp) best_stamp = s, best = i;
+    }
+    if (best == none) return;  // nothing retained anywhere: the rest is bookkeeping in flight
+    history_part& p = _parts[best];
+    std::lock_guard lock(p.mu);
+    if (p.oldest == none) continue;
+    remove_head(p, p.entries[p.oldest].topic, evict_cause::memory, _bytes);
+  }
+}
+
+replay_result history::replay_impl(std::string_view topic, std::string_view since_id, std::uint64_t until_seq,
+                                   std::uint64_t now_ns, void* ctx, visit_fn fn) noexcept {
+  replay_result r;
+  std::uint64_t since = 0;
+  bool known = parse_id(since_id, since);
+  history_part& p = _parts[shard_of(topic)];
+  std::lock_guard lock(p.mu);
+  auto it = p.topics.find(topic);
+  topic_map::value_type* t = it != p.topics.end() ? &*it : nullptr;
+  if (t != nullptr && !expire_topic(p, t, _o.ttl_ns, now_ns, _bytes)) t = nullptr;
+  if (!known) r.lost = true;
+  else if (t != nullptr) r.lost = since < t->second.floor || since > t->second.last;
+  else r.lost = since < p.dropped_floor || since > p.seq;
+  if (t == nullptr) return r;
+  for (std::uint32_t k = t->second.head; k != none; k = p.entries[k].topic_next) {
+    const history_entry& e = p.entries[k];
+    if (e.seq > until_seq) break;
+    if (r.lost || e.seq > since) {
+      fn(ctx, e.seq, e.frame);
+      ++r.replayed;
+    }
+  }
+  return r;
+}
+
+void history::expire(std::uint64_t now_ns) noexcept {
+  if (_o.ttl_ns == 0) return;
+  for (std::uint32_t i = 0; i <= _mask; ++i) {
+    history_part& p = _parts[i];
+    std::lock_guard lock(p.mu);
+    // The FIFO is in append order, so the expired entries are a prefix of it.
+    while (p.oldest != none && expired(p.entries[p.oldest], _o.ttl_ns, now_ns))
+      remove_head(p, p.entries[p.oldest].topic, evict_cause::ttl, _bytes);
+  }
+}
+
+history_stats history::stats() const noexcept {
+  history_stats s;
+  for (std::uint32_t i = 0; i <= _mask; ++i) {
+    const history_part& p = _parts[i];
+    std::lock_guard lock(p.mu);
+    s.entries += p.n.entries;
+    s.bytes += p.n.bytes;
+    s.topics += p.n.topics;
+    s.appends += p.n.appends;
+    s.evicted_size += p.n.evicted_size;
+    s.evicted_ttl += p.n.evicted_ttl;
+    s.evicted_memory += p.n.evicted_memory;
+  }
+  return s;
+}
+
+}  // namespace wspush::server::pubsub

@@ -1,0 +1,348 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pool/buffer_pool.hpp"
+#include "server/pubsub/history.hpp"
+
+using namespace wspush;
+using namespace wspush::server::pubsub;
+
+namespace {
+
+constexpr std::uint64_t sec = 1'000'000'000ull;
+
+/// Frames whose bytes are the event's id and topic, so a replay can be checked by content.
+struct framer {
+  pool::buffer_pool buffers;
+  std::string topic;
+
+  pool::frame_ref frame(std::string_view id, std::size_t pad = 0) {
+    pool::lease l = buffers.acquire(topic.size() + id.size() + 1 + pad);
+    std::string text = topic + "|" + std::string(id) + std::string(pad, '.');
+    std::memcpy(l.data(), text.data(), text.size());
+    l.set_size(text.size());
+    return pool::frame_ref::adopt(std::move(l));
+  }
+};
+
+std::string text_of(const pool::frame_ref& f) {
+  auto b = f.bytes();
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+history_options opts(std::uint32_t size = 100, std::uint64_t ttl = 0, std::size_t max_bytes = 1 << 30) {
+  history_options o;
+  o.size_per_topic = size;
+  o.ttl_ns = ttl;
+  o.max_bytes = max_bytes;
+  o.shards = 4;
+  o.epoch = "k3f9";
+  return o;
+}
+
+/// Appends one event to `topic` and returns its id string.
+std::string publish(history& h, framer& f, std::string_view topic, std::uint64_t now = 0, std::size_t pad = 0) {
+  f.topic = std::string(topic);
+  std::string id;
+  append_result r = h.append(topic, now, [&](std::string_view i, std::uint64_t) {
+    id = std::string(i);
+    return f.frame(i, pad);
+  });
+  REQUIRE(r.ok);
+  REQUIRE(h.format_id(r.seq).view() == id);
+  return id;
+}
+
+struct replayed {
+  replay_result r;
+  std::vector<std::string> ids;  // from the frames' bytes
+};
+
+replayed replay(history& h, std::string_view topic, std::string_view since, std::uint64_t until = UINT64_MAX,
+                std::uint64_t now = 0) {
+  replayed out;
+  std::uint64_t prev = 0;
+  out.r = h.replay(topic, since, until, now, [&](std::uint64_t seq, const pool::frame_ref& f) {
+    CHECK(seq > prev);  // oldest first
+    prev = seq;
+    std::string t = text_of(f);
+    std::size_t bar = t.find('|');
+    out.ids.push_back(t.substr(bar + 1, t.find('.', bar) - bar - 1));  // without the padding
+  });
+  CHECK(out.r.replayed == out.ids.size());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("history: ids carry the epoch and parse back") {
+  history h(opts());
+  CHECK(h.epoch() == "k3f9");
+  CHECK(h.format_id(18).view() == "k3f9:18");
+  CHECK(h.format_id(UINT64_MAX).view() == "k3f9:18446744073709551615");
+  std::uint64_t s = 0;
+  CHECK(h.parse_id("k3f9:18", s));
+  CHECK(s == 18);
+  CHECK(h.parse_id("k3f9:0", s));
+  CHECK(s == 0);
+  for (const char* bad : {"", "k3f9", "k3f9:", "k3f9:-1", "k3f9:+1", "k3f9:1x", "k3f9: 1", "x3f9:1", "k3f:91",
+                          "k3f9:18446744073709551616", "17", "k3f9k:1"})
+    CHECK_FALSE(h.parse_id(bad, s));
+  history random_epoch(history_options{});
+  CHECK(random_epoch.epoch().size() == 6);
+  CHECK(random_epoch.epoch() != history(history_options{}).epoch());  // 36^6 tags: a clash is a bug
+  CHECK_THROWS(history([] {
+    auto o = opts();
+    o.epoch = "UPPER";
+    return o;
+  }()));
+}
+
+TEST_CASE("history: replay returns the entries after since, in order, up to until") {
+  history h(opts());
+  framer f;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(publish(h, f, "mailbox:1"));
+  publish(h, f, "mailbox:2");  // another topic, possibly the same part
+  auto all = replay(h, "mailbox:1", "k3f9:0");
+  CHECK_FALSE(all.r.lost);
+  CHECK(all.ids == ids);
+  auto tail = replay(h, "mailbox:1", ids[1]);
+  CHECK_FALSE(tail.r.lost);
+  CHECK(tail.ids == std::vector<std::string>(ids.begin() + 2, ids.end()));
+  std::uint64_t until = 0;
+  REQUIRE(h.parse_id(ids[3], until));
+  auto bounded = replay(h, "mailbox:1", ids[1], until);
+  CHECK(bounded.ids == std::vector<std::string>{ids[2], ids[3]});
+  auto none = replay(h, "mailbox:1", ids[4]);
+  CHECK_FALSE(none.r.lost);
+  CHECK(none.ids.empty());
+  auto nothing_yet = replay(h, "mailbox:never", "k3f9:0");
+  CHECK_FALSE(nothing_yet.r.lost);
+  CHECK(nothing_yet.ids.empty());
+}
+
+TEST_CASE("history: ids increase per topic, and a failed frame uses no seq") {
+  history h(opts());
+  framer f;
+  std::uint64_t prev = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::string id = publish(h, f, "t" + std::to_string(i % 3));
+    std::uint64_t s = 0;
+    REQUIRE(h.parse_id(id, s));
+    if (i % 3 == 0) {
+      CHECK(s > prev);
+      prev = s;
+    }
+  }
+  std::uint64_t before = h.last_seq(h.shard_of("t0"));
+  append_result r = h.append("t0", 0, [](std::string_view, std::uint64_t) { return pool::frame_ref{}; });
+  CHECK_FALSE(r.ok);
+  CHECK(h.last_seq(h.shard_of("t0")) == before);
+  CHECK(h.stats().appends == 50);
+}
+
+TEST_CASE("history: per-topic size limit evicts the oldest and reports lost past it") {
+  history h(opts(3));
+  framer f;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(publish(h, f, "m"));
+  CHECK(h.stats().entries == 3);
+  CHECK(h.stats().evicted_size == 2);
+  auto from_start = replay(h, "m", "k3f9:0");
+  CHECK(from_start.r.lost);
+  CHECK(from_start.ids == std::vector<std::string>(ids.begin() + 2, ids.end()));  // lost still replays all
+  auto edge = replay(h, "m", ids[1]);  // the last evicted one: nothing after it is missing
+  CHECK_FALSE(edge.r.lost);
+  CHECK(edge.ids.size() == 3);
+  auto gap = replay(h, "m", ids[0]);
+  CHECK(gap.r.lost);
+  CHECK(gap.ids.size() == 3);
+}
+
+TEST_CASE("history: entries expire after the TTL, on replay, append and expire()") {
+  history h(opts(100, 10 * sec));
+  framer f;
+  std::string a1 = publish(h, f, "a", 1 * sec);
+  std::string a2 = publish(h, f, "a", 5 * sec);
+  std::string b1 = publish(h, f, "b", 2 * sec);
+  auto early = replay(h, "a", "k3f9:0", UINT64_MAX, 10 * sec);
+  CHECK_FALSE(early.r.lost);
+  CHECK(early.ids == std::vector<std::string>{a1, a2});
+  auto later = replay(h, "a", "k3f9:0", UINT64_MAX, 11 * sec);  // a1 is 10 s old
+  CHECK(later.r.lost);
+  CHECK(later.ids == std::vector<std::string>{a2});
+  CHECK(replay(h, "a", a1, UINT64_MAX, 11 * sec).r.lost == false);
+  CHECK(h.stats().evicted_ttl == 1);
+  h.expire(12 * sec);  // b1
+  CHECK(h.stats().evicted_ttl == 2);
+  CHECK(h.stats().topics == 1);
+  std::string a3 = publish(h, f, "a", 15 * sec);  // append expires a2 of its own topic
+  CHECK(h.stats().evicted_ttl == 3);
+  CHECK(replay(h, "a", a2, UINT64_MAX, 15 * sec).ids == std::vector<std::string>{a3});
+  // b's state went with its last entry: resuming right after b1 is fine, before it is lost.
+  CHECK_FALSE(replay(h, "b", b1, UINT64_MAX, 15 * sec).r.lost);
+  CHECK(replay(h, "b", "k3f9:0", UINT64_MAX, 15 * sec).r.lost);
+}
+
+TEST_CASE("history: the memory cap evicts the oldest entries across all topics first") {
+  // Measure what one entry costs in the cap's accounting, then allow ten of them.
+  std::uint64_t one = 0, topic_cost = 0;
+  {
+    history probe(opts());
+    framer f;
+    publish(probe, f, "t00", 0, 200);
+    publish(probe, f, "t00", 0, 200);
+    one = probe.stats().bytes;
+    publish(probe, f, "t00", 0, 200);
+    one = probe.stats().bytes - one;
+    topic_cost = probe.stats().bytes - 3 * one;
+  }
+  // Ids grow from one digit to two: allow two bytes more per entry, far less than an entry.
+  const std::uint64_t cap = 10 * (one + 2) + 4 * topic_cost;
+  history h(opts(100, 0, cap));
+  framer f;
+  std::vector<std::pair<std::string, std::string>> order;  // (topic, id) in publish order
+  for (int i = 0; i < 30; ++i) {
+    std::string topic = "t0" + std::to_string(i % 4);
+    order.emplace_back(topic, publish(h, f, topic, 0, 200));
+  }
+  history_stats s = h.stats();
+  CHECK(s.bytes <= cap);
+  CHECK(s.entries == 10);
+  CHECK(s.evicted_memory == 20);
+  // Exactly the 10 newest survive.
+  std::size_t kept = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    auto& [topic, id] = order[k];
+    std::uint64_t seq = 0;
+    REQUIRE(h.parse_id(id, seq));
+    auto r = replay(h, topic, "k3f9:0", seq);  // entries up to this one
+    bool present = !r.ids.empty() && r.ids.back() == id;
+    CHECK(present == (k >= 20));
+    kept += present;
+  }
+  CHECK(kept == 10);
+}
+
+TEST_CASE("history: lost for foreign epochs, malformed ids and ids ahead of the topic") {
+  history h(opts()), other([] {
+    auto o = opts();
+    o.epoch = "zz01";
+    return o;
+  }());
+  framer f;
+  std::string id = publish(h, f, "m");
+  std::string foreign = publish(other, f, "m");
+  CHECK(foreign.rfind("zz01:", 0) == 0);
+  for (std::string since : {foreign, std::string("garbage"), std::string("k3f9:x"), std::string("")}) {
+    auto r = replay(h, "m", since);
+    CHECK(r.r.lost);
+    CHECK(r.ids == std::vector<std::string>{id});  // what is retained still comes
+  }
+  CHECK(replay(h, "m", "k3f9:999").r.lost);        // ahead of the topic
+  CHECK(replay(h, "unknown", "k3f9:999").r.lost);  // ahead of anything issued
+  CHECK(replay(h, "unknown", "zz01:1").r.lost);
+  CHECK_FALSE(replay(h, "m", id).r.lost);
+}
+
+TEST_CASE("history: size 0 keeps nothing, still issues ids, reports lost") {
+  history h(opts(0));
+  framer f;
+  std::string a = publish(h, f, "m");
+  std::string b = publish(h, f, "m");
+  CHECK(a != b);
+  CHECK(h.stats().entries == 0);
+  CHECK(replay(h, "m", a).r.lost);
+  CHECK_FALSE(replay(h, "m", b).r.lost);
+}
+
+TEST_CASE("history: replay up to what the reactor fanned out meets live delivery without gap or duplicate") {
+  // A reactor simulated on one thread: the frame maker posts into its inbox (as the shard
+  // will), the reactor drains part of it, a connection that saw up to seq 3 subscribes,
+  // replays up to `fanned`, and then receives the rest live. Whatever the split, it gets
+  // 4..20 exactly once, in order.
+  for (int split = 0; split <= 17; ++split) {
+    CAPTURE(split);
+    history h(opts(1000));
+    framer f;
+    f.topic = "m";
+    std::deque<std::uint64_t> inbox;
+    auto pub = [&] {
+      h.append("m", 0, [&](std::string_view id, std::uint64_t seq) {
+        inbox.push_back(seq);
+        return f.frame(id);
+      });
+    };
+    std::vector<std::uint64_t> got;
+    std::uint64_t fanned = 0;
+    bool subscribed = false;
+    auto drain_one = [&] {
+      fanned = inbox.front();
+      inbox.pop_front();
+      if (subscribed) got.push_back(fanned);  // live
+    };
+    for (int i = 0; i < 20; ++i) pub();
+    for (int i = 0; i < 3; ++i) drain_one();
+    for (int i = 0; i < split; ++i) drain_one();
+    subscribed = true;  // the registry first, then the replay
+    auto r = h.replay("m", h.format_id(3).view(), fanned, 0,
+                      [&](std::uint64_t seq, const pool::frame_ref&) { got.push_back(seq); });
+    CHECK_FALSE(r.lost);
+    while (!inbox.empty()) drain_one();
+    std::vector<std::uint64_t> want;
+    for (std::uint64_t s = 4; s <= 20; ++s) want.push_back(s);
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE("history: concurrent appends and replays stay ordered and consistent") {
+  history_options o = opts(64);
+  o.max_bytes = 1 << 20;  // some memory evictions too
+  history h(o);
+  const int writers = 4, per_writer = 3000, topics = 8;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> bad{0};
+  auto writer = [&](int w) {
+    framer f;
+    for (int i = 0; i < per_writer; ++i) {
+      f.topic = "topic:" + std::to_string((i + w) % topics);
+      auto r = h.append(f.topic, std::uint64_t(i), [&](std::string_view id, std::uint64_t) { return f.frame(id, 16); });
+      if (!r.ok) bad.fetch_add(1);
+    }
+  };
+  auto reader = [&](int rdr) {
+    while (!stop.load()) {
+      for (int t = 0; t < topics; ++t) {
+        std::string topic = "topic:" + std::to_string(t);
+        std::uint64_t prev = 0;
+        h.replay(topic, "k3f9:0", UINT64_MAX, 0, [&](std::uint64_t seq, const pool::frame_ref& fr) {
+          std::string text = text_of(fr);
+          if (seq <= prev || text.rfind(topic + "|k3f9:" + std::to_string(seq), 0) != 0) bad.fetch_add(1);
+          prev = seq;
+        });
+      }
+      (void)h.stats();
+      (void)rdr;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back(reader, r);
+  for (int w = 0; w < writers; ++w) threads.emplace_back(writer, w);
+  for (std::size_t k = 2; k < threads.size(); ++k) threads[k].join();
+  stop.store(true);
+  threads[0].join();
+  threads[1].join();
+  CHECK(bad.load() == 0);
+  history_stats s = h.stats();
+  CHECK(s.appends == std::uint64_t(writers * per_writer));
+  CHECK(s.entries + s.evicted_size + s.evicted_memory == s.appends);
+  CHECK(s.entries <= std::uint64_t(topics) * 64);
+  CHECK(s.bytes <= o.max_bytes);
+}
