@@ -10,6 +10,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "tests/bench/alloc_counter.hpp"
+
 #include <sys/resource.h>
 
 #include <atomic>
@@ -89,12 +91,16 @@ void BM_schedule_run(benchmark::State& state) {
   task_pool pool(workers(std::uint32_t(state.range(0))));
   std::uint64_t target = 0;
   auto usage = process_usage::now();
+  wspush::bench::alloc_probe allocs;
   for (auto _ : state) {
+    allocs.begin();
     for (std::uint64_t i = 0; i < batch; ++i) pool.schedule([] {});
     target += batch + 1;
     drain(pool);
+    allocs.end();
   }
   report_per_task(state, target, usage);
+  state.counters["allocs_per_task"] = allocs.per(target);
 }
 BENCHMARK(BM_schedule_run)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -13,6 +13,7 @@
 #include "proto/ws_frame.hpp"
 #include "proto/ws_handshake.hpp"
 #include "proto/ws_reader.hpp"
+#include "tests/bench/alloc_counter.hpp"
 
 using namespace wspush::proto;
 
@@ -49,15 +50,19 @@ const std::string k_browser_request_cookie = [] {
 
 void bm_upgrade_parse(benchmark::State& state) {
   upgrade_request req{};
+  wspush::bench::alloc_probe allocs;
   for (auto _ : state) {
+    allocs.begin();
     upgrade_parser parser;
     upgrade_result r = parser.parse(k_browser_request, req);
+    allocs.end();
     benchmark::DoNotOptimize(r);
     benchmark::DoNotOptimize(req);
   }
   if (req.token.empty()) state.SkipWithError("no token found");
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * k_browser_request.size()));
   state.counters["request_bytes"] = static_cast<double>(k_browser_request.size());
+  state.counters["allocs_per_op"] = allocs.per(state.iterations());
 }
 BENCHMARK(bm_upgrade_parse);
 
