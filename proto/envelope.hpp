@@ -1,0 +1,147 @@
+#pragma once
+/// \file envelope.hpp
+/// Client→server messages (one JSON object per text message) and the server→client messages
+/// of the wire protocol (DESIGN.md "Wire protocol"):
+///
+///   {"op":"sub","topics":["mailbox:42"],"since":{"mailbox:42":"17"}}
+///   {"op":"unsub","topics":["mailbox:42"]}
+///   {"op":"pub","topic":"mailbox:42","data":<any JSON>}
+///
+/// Parsing is simdjson On Demand with one parser reused for every message: no allocation per
+/// message. The result is views, never copies; `data` is the value's raw bytes as sent.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "proto/topic.hpp"
+
+namespace wspush::proto {
+
+/// Topics (and `since` entries) one `sub` or `unsub` may name.
+inline constexpr std::size_t max_topics_per_message = 32;
+/// Longest `since` id. Ids are the server's (`k3f9:18`, a Redis stream id); a longer one was
+/// never issued by it.
+inline constexpr std::size_t max_id_bytes = 64;
+/// Nesting allowed inside `data` (and unknown fields): deeper is bad_request.
+inline constexpr std::size_t max_data_depth = 64;
+/// Bytes after the end of a message that parse() may read (simdjson's SIMDJSON_PADDING; their
+/// content does not matter). The caller owns them: a message received into a block with this
+/// much room behind it is parsed where it lies.
+inline constexpr std::size_t envelope_padding = 64;
+
+enum class client_op : std::uint8_t { sub, unsub, pub };
+
+/// Error codes of the protocol: what a client is told in `{"op":"error","code":...}`. parse()
+/// produces the first five; the others are the server's decisions.
+enum class client_error : std::uint8_t {
+  none,
+  bad_json,         // not JSON (or not UTF-8, or trailing bytes after the object)
+  unknown_op,       // `op` is a string but not sub/unsub/pub
+  bad_request,      // not an object, `op` missing, a field of the wrong type, a bad topic or id
+  too_many_topics,  // over max_topics_per_message in `topics` or `since`
+  too_big,          // over the parser's max_message_bytes
+  forbidden,        // the token does not grant the topic
+  too_many_subscriptions,  // over the connection's limit
+  unavailable,      // the server cannot take it now (bus down, draining)
+};
+
+constexpr std::string_view client_error_name(client_error e) noexcept {
+  switch (e) {
+    case client_error::none: return "none";
+    case client_error::bad_json: return "bad_json";
+    case client_error::unknown_op: return "unknown_op";
+    case client_error::bad_request: return "bad_request";
+    case client_error::too_many_topics: return "too_many_topics";
+    case client_error::too_big: return "too_big";
+    case client_error::forbidden: return "forbidden";
+    case client_error::too_many_subscriptions: return "too_many_subscriptions";
+    case client_error::unavailable: return "unavailable";
+  }
+  return "unknown";
+}
+
+struct since_entry {
+  std::string_view topic;
+  std::string_view id;
+};
+
+/// A parsed client message. Views are valid until the next parse() on the same parser and as
+/// long as the message bytes are; they point into the message, except a string written with
+/// escapes (`"mailbox:\u0034\u0032"`), which points into the parser's unescaped copy.
+/// Topics are valid topic names (topic.hpp); duplicates are kept as sent.
+struct envelope {
+  client_op op = client_op::sub;
+  std::uint8_t topic_count = 0;   // sub, unsub: >= 1
+  std::uint8_t since_count = 0;   // sub: each names one of `topics`, at most once
+  std::string_view topic;         // pub
+  std::string_view data;          // pub: the raw JSON value, first to last byte, never empty
+  std::array<std::string_view, max_topics_per_message> topics_buf;
+  std::array<since_entry, max_topics_per_message> since_buf;
+
+  std::span<const std::string_view> topics() const noexcept { return {topics_buf.data(), topic_count}; }
+  std::span<const since_entry> since() const noexcept { return {since_buf.data(), since_count}; }
+};
+
+struct envelope_result {
+  client_error error;      // none on success
+  std::string_view message;  // short static text for logs; empty on success
+  constexpr bool ok() const noexcept { return error == client_error::none; }
+};
+
+/// Parses client messages. One per thread that parses (a shard, a worker): it is not
+/// thread-safe, and its views live until its next parse. Construction allocates the simdjson
+/// buffers for max_message_bytes once; parse() never allocates.
+class envelope_parser {
+ public:
+  explicit envelope_parser(std::size_t max_message_bytes = 64 * 1024);
+  ~envelope_parser();
+  envelope_parser(envelope_parser&&) noexcept;
+  envelope_parser& operator=(envelope_parser&&) noexcept;
+
+  /// `readable` is how many bytes from message.data() may be read: at least message.size() +
+  /// envelope_padding lets simdjson work in place. With less, the message is first copied into
+  /// the parser's own padded buffer (a memcpy, still no allocation) and views point there.
+  /// Rules: a JSON object; `op` one of sub/unsub/pub; sub and unsub need `topics`, a non-empty
+  /// array of topic names (≤ max_topics_per_message); sub may have `since`, an object of
+  /// topic → id string (1..max_id_bytes) whose topics are among `topics`; pub needs `topic` and
+  /// `data` (any JSON value, nested at most max_data_depth). Known fields must have the right
+  /// type whatever the op (a pub with `"topics":5` is bad_request) and appear once; unknown
+  /// fields are ignored but must be valid JSON.
+  envelope_result parse(std::string_view message, std::size_t readable, envelope& out) noexcept;
+
+  std::size_t max_message_bytes() const noexcept { return _max; }
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> _impl;
+  std::size_t _max;
+};
+
+// ---- server → client ------------------------------------------------------------------------
+// Each writes one complete JSON text into `out` and returns the bytes written, or 0 if `out`
+// is too small (then `out` holds garbage). Strings are escaped as JSON requires (`"`, `\`,
+// control bytes); other bytes are copied as they are (the caller gives UTF-8).
+
+/// Room encode_event needs at most (every string byte escaped as \u00XX).
+constexpr std::size_t event_size_bound(std::string_view topic, std::string_view id, std::string_view data) noexcept {
+  return 32 + 6 * (topic.size() + id.size()) + data.size();
+}
+
+/// `{"topic":"...","id":"...","data":<data_raw>}`; `data_raw` is copied byte for byte.
+std::size_t encode_event(std::string_view topic, std::string_view id, std::string_view data_raw,
+                         std::span<char> out) noexcept;
+/// `{"op":"subbed","topics":[...],"lost":[...]}`; `lost` is always present.
+std::size_t encode_subbed(std::span<const std::string_view> topics, std::span<const std::string_view> lost,
+                          std::span<char> out) noexcept;
+/// `{"op":"unsubbed","topics":[...]}`.
+std::size_t encode_unsubbed(std::span<const std::string_view> topics, std::span<char> out) noexcept;
+/// `{"op":"error","code":"forbidden","topic":"..."}`; without `topic` when it is empty.
+std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out) noexcept;
+/// `{"id":"18"}`: the answer to a publish.
+std::size_t encode_published(std::string_view id, std::span<char> out) noexcept;
+
+}  // namespace wspush::proto
