@@ -146,6 +146,61 @@ std::uint32_t take_entry(history_part& p) {
   return std::uint32_t(p.entries.size() - 1);
 }
 
+/// The topic's state (created with the part's dropped floor if new) and a free entry, or
+/// none when memory ran out; then `t` is the topic only if it already had entries.
+std::uint32_t take_slot(history_part& p, std::string_view topic, topic_map::value_type*& t,
+                        std::atomic<std::uint64_t>& total) noexcept {
+  const std::size_t topic_bytes = topic.size() + detail::topic_overhead;
+  try {
+    auto it = p.topics.find(topic);  // no key string built for a topic that exists
+    if (it == p.topics.end()) {
+      it = p.topics.try_emplace(std::string(topic)).first;
+      it->second.floor = p.dropped_floor;  // what an earlier state of this topic lost
+      ++p.n.topics;
+      p.n.bytes += topic_bytes;
+      total.fetch_add(topic_bytes, std::memory_order_relaxed);
+    }
+    t = &*it;
+    return take_entry(p);
+  } catch (...) {
+    if (t != nullptr && t->second.count == 0) {
+      p.n.bytes -= topic_bytes;
+      total.fetch_sub(topic_bytes, std::memory_order_relaxed);
+      --p.n.topics;
+      p.topics.erase(p.topics.find(topic));
+      t = nullptr;
+    }
+    return none;
+  }
+}
+
+/// Entry `k` becomes the newest of its topic and of the part's FIFO.
+void link_entry(history_part& p, topic_map::value_type* t, std::uint32_t k, pool::frame_ref frame, std::uint64_t seq,
+                std::uint64_t now_ns, std::uint64_t stamp, std::atomic<std::uint64_t>& total) noexcept {
+  history_entry& e = p.entries[k];
+  e.frame = std::move(frame);
+  e.seq = seq;
+  e.time_ns = now_ns;
+  e.stamp = stamp;
+  e.topic = t;
+  e.topic_next = none;
+  e.older = p.newest;
+  e.newer = none;
+  if (p.newest != none) p.entries[p.newest].newer = k;
+  else p.oldest = k;
+  p.newest = k;
+  p.oldest_stamp.store(p.entries[p.oldest].stamp, std::memory_order_relaxed);
+  topic_state& ts = t->second;
+  if (ts.tail != none) p.entries[ts.tail].topic_next = k;
+  else ts.head = k;
+  ts.tail = k;
+  ts.last = seq;
+  ++ts.count;
+  ++p.n.entries;
+  p.n.bytes += entry_bytes(e);
+  total.fetch_add(entry_bytes(e), std::memory_order_relaxed);
+}
+
 }  // namespace
 
 history::history(history_options o) : _o(std::move(o)) {
@@ -202,61 +257,17 @@ append_result history::append_impl(std::string_view topic, std::uint64_t now_ns,
     r.ok = true;
     ++p.n.appends;
     topic_map::value_type* t = nullptr;
-    std::uint32_t k = none;
-    try {
-      if (_o.size_per_topic != 0) {
-        auto it = p.topics.find(topic);  // no key string built for a topic that exists
-        bool created = it == p.topics.end();
-        if (created) it = p.topics.try_emplace(std::string(topic)).first;
-        t = &*it;
-        if (created) {
-          t->second.floor = p.dropped_floor;  // what an earlier state of this topic lost
-          ++p.n.topics;
-          p.n.bytes += topic.size() + detail::topic_overhead;
-          _bytes.fetch_add(topic.size() + detail::topic_overhead, std::memory_order_relaxed);
-        }
-        k = take_entry(p);
-      }
-    } catch (...) {
-      // Published but not retained: record it as lost to anyone resuming before it.
-      if (t != nullptr && t->second.count == 0) {
-        p.n.bytes -= topic.size() + detail::topic_overhead;
-        _bytes.fetch_sub(topic.size() + detail::topic_overhead, std::memory_order_relaxed);
-        --p.n.topics;
-        p.topics.erase(p.topics.find(topic));
-        t = nullptr;
-      }
-    }
+    std::uint32_t k = _o.size_per_topic != 0 ? take_slot(p, topic, t, _bytes) : none;
     if (k == none) {
-      if (t != nullptr) t->second.floor = r.seq;
+      // Published but not retained (size 0, or out of memory): lost to anyone resuming
+      // from before it.
+      if (t != nullptr) t->second.floor = t->second.last = r.seq;
       else p.dropped_floor = r.seq;
-      if (t != nullptr) t->second.last = r.seq;
       return r;
     }
-    history_entry& e = p.entries[k];
-    e.frame = std::move(frame);
-    e.seq = r.seq;
-    e.time_ns = now_ns;
-    e.stamp = _stamp.fetch_add(1, std::memory_order_relaxed);
-    e.topic = t;
-    e.topic_next = none;
-    e.older = p.newest;
-    e.newer = none;
-    if (p.newest != none) p.entries[p.newest].newer = k;
-    else p.oldest = k;
-    p.newest = k;
-    p.oldest_stamp.store(p.entries[p.oldest].stamp, std::memory_order_relaxed);
-    topic_state& ts = t->second;
-    if (ts.tail != none) p.entries[ts.tail].topic_next = k;
-    else ts.head = k;
-    ts.tail = k;
-    ts.last = r.seq;
-    ++ts.count;
-    ++p.n.entries;
-    p.n.bytes += entry_bytes(e);
-    _bytes.fetch_add(entry_bytes(e), std::memory_order_relaxed);
+    link_entry(p, t, k, std::move(frame), r.seq, now_ns, _stamp.fetch_add(1, std::memory_order_relaxed), _bytes);
     expire_topic(p, t, _o.ttl_ns, now_ns, _bytes);  // never the new entry: it is not old
-    while (ts.count > _o.size_per_topic) remove_head(p, t, evict_cause::size, _bytes);
+    while (t->second.count > _o.size_per_topic) remove_head(p, t, evict_cause::size, _bytes);
   }
   if (_bytes.load(std::memory_order_relaxed) > _o.max_bytes) enforce_cap();
   return r;
