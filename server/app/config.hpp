@@ -28,6 +28,9 @@ struct config {
   double upgrade_timeout = 5;
   double close_timeout = 5;
   double message_timeout = 30;
+  double ping_interval = 30;   // keepalive: ping a connection silent this long
+  double pong_timeout = 10;    // and close it if nothing arrives within this after the ping
+  double drain_seconds = 5;    // SIGTERM: 1001 closes spread over this window
   unsigned pool_workers = 1;       // initial
   unsigned pool_max_workers = 0;   // 0: cores
   unsigned pool_queue = 4096;

@@ -21,7 +21,7 @@ enum class conn_state : std::uint8_t {
   dead,             // socket closed; the slot waits for a send still in flight
 };
 
-enum conn_flag : std::uint8_t {
+enum conn_flag : std::uint16_t {
   flag_send_in_flight = 1 << 0,   // an asynchronous send holds the head of the output queue
   flag_wait_writable = 1 << 1,    // a short synchronous send: waiting for on_writable
   flag_close_when_flushed = 1 << 2,
@@ -29,6 +29,8 @@ enum conn_flag : std::uint8_t {
   flag_rearm_read = 1 << 4,       // reading paused (io_uring buffers ran out): re-arm
   flag_read_broken = 1 << 5,      // input no longer parsed (after a protocol error)
   flag_linger_when_flushed = 1 << 6,  // half-close when flushed, then read until EOF or timeout
+  flag_timer_message = 1 << 7,  // the armed deadline is the message timeout, not keepalive
+  flag_ping_sent = 1 << 8,      // a keepalive ping is unanswered
 };
 
 /// Budget: 48 bytes, so 1,000,000 idle connections cost 48 MB of records.
@@ -39,8 +41,9 @@ struct connection {
   std::uint32_t flush_next = no_index;  // flush list link; free list link when free
   pool::lease rx;              // partial input, see rx_state; empty when idle
   pool::lease tx;              // queued output, see out_queue; empty when idle
+  std::uint32_t last_rx = 0;   // wheel tick of the last bytes received (keepalive)
   conn_state state = conn_state::free;
-  std::uint8_t flags = 0;
+  std::uint16_t flags = 0;
 };
 static_assert(sizeof(connection) <= 48, "connection record over its 48-byte budget");
 

@@ -3,6 +3,7 @@
 
 #include "server/conn/shard.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -88,6 +89,7 @@ void shard::run() noexcept {
       _io->resume_accept(0);
     }
     if (!_retry.empty()) retry_upgrades();
+    if (_draining && _drain.done < _drain.total) drain_step();
     flush_listed();
   }
   _io->poll(*this, 0);  // submit the last closes
@@ -157,10 +159,7 @@ void shard::on_timer(std::uint32_t i) noexcept {
       ++_n.timeouts;
       close_now(i);
       break;
-    case conn_state::open:  // a frame or message started and did not finish in time
-      ++_n.timeouts;
-      fail(i, proto::close_code::policy_violation);
-      break;
+    case conn_state::open: on_open_timer(i); break;
     default: break;
   }
 }
@@ -177,14 +176,30 @@ void shard::on_wake() noexcept {
 }
 
 void shard::begin_drain() noexcept {
+  // Stop accepting now; close the open connections with 1001 a slice per tick over
+  // --drain-seconds, so their clients do not all reconnect in the same second.
   if (_draining) return;
   _draining = true;
   _io->pause_accept(0);
+  _drain.start = _wheel.now();
+  _drain.ticks = ticks_for(_cfg.drain_seconds);
   for (std::uint32_t i = 0; i < _conns.capacity(); ++i) {
     connection& c = _conns.at(i);
-    if (c.state == conn_state::open) start_close(i, proto::close_code::going_away, false);
+    if (c.state == conn_state::open) ++_drain.total;
     else if (c.state == conn_state::upgrading) close_now(i);
   }
+  drain_step();
+}
+
+void shard::drain_step() noexcept {
+  std::uint64_t elapsed = _wheel.now() - _drain.start + 1;
+  std::uint64_t due = std::min<std::uint64_t>(_drain.total, (_drain.total * elapsed + _drain.ticks - 1) / _drain.ticks);
+  for (; _drain.done < due && _drain.cursor < _conns.capacity(); ++_drain.cursor) {
+    if (_conns.at(_drain.cursor).state != conn_state::open) continue;
+    start_close(_drain.cursor, proto::close_code::going_away, false);
+    ++_drain.done;
+  }
+  if (_drain.cursor == _conns.capacity()) _drain.done = _drain.total;  // the rest closed by themselves
 }
 
 }  // namespace wspush::server

@@ -91,6 +91,7 @@ class shard final : io_handler {
   void fail(std::uint32_t i, proto::close_code code) noexcept;
   void start_close(std::uint32_t i, proto::close_code code, bool linger) noexcept;
   void note_message_timer(std::uint32_t i, const proto::ws_reader& r) noexcept;
+  void on_open_timer(std::uint32_t i) noexcept;
 
   // output (shard_out.cpp)
   bool queue(std::uint32_t i, pool::frame_ref f, bool control = false) noexcept;
@@ -106,6 +107,7 @@ class shard final : io_handler {
   // loop (shard.cpp)
   void on_timer(std::uint32_t i) noexcept;
   void begin_drain() noexcept;
+  void drain_step() noexcept;
   void pause_accepting(std::uint32_t ticks) noexcept;
   std::uint32_t ticks_for(double seconds) const noexcept;
   conn_token token_of(std::uint32_t i) noexcept { return make_token(i, _conns.at(i).gen); }
@@ -130,6 +132,10 @@ class shard final : io_handler {
   std::uint32_t _accept_resume_tick = 0;
   bool _accept_paused = false;
   bool _draining = false;
+  struct {
+    std::uint32_t start = 0, ticks = 1, cursor = 0;
+    std::uint64_t total = 0, done = 0;
+  } _drain;                           // SIGTERM: 1001 closes spread over --drain-seconds
   std::uint64_t _start_ns = 0;
   shard_counters _n;
 };

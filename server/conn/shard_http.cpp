@@ -105,7 +105,8 @@ void shard::upgrade_done(void* raw) noexcept {
     return answer_http(i, 500, "internal error\n");
   }
   ++_n.upgrades_ok;
-  _wheel.cancel(i);
+  c.last_rx = _wheel.now();
+  _wheel.arm(i, ticks_for(_cfg.ping_interval));  // keepalive from here on
   pool::lease early = std::move(c.rx);  // bytes that arrived while the worker ran
   c.state = conn_state::open;
   queue(i, std::move(response));
@@ -150,6 +151,9 @@ void shard::on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept {
       return;
     }
     case conn_state::open:
+      c.last_rx = _wheel.now();  // any bytes prove the peer alive (an answer to our ping too)
+      c.flags &= ~flag_ping_sent;
+      return ws_read(i, bytes);
     case conn_state::closing: return ws_read(i, bytes);
     default: return;
   }

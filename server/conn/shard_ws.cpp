@@ -196,12 +196,36 @@ void shard::start_close(std::uint32_t i, proto::close_code code, bool linger) no
 }
 
 void shard::note_message_timer(std::uint32_t i, const proto::ws_reader& r) noexcept {
-  if (_conns.at(i).state != conn_state::open) return;
+  // One deadline per connection: the message timeout while a frame or message is unfinished,
+  // otherwise the keepalive deadline (re-armed lazily from last_rx when it fires).
+  connection& c = _conns.at(i);
+  if (c.state != conn_state::open) return;
   if (r.in_message() || r.mid_frame()) {
-    if (!_wheel.armed(i)) _wheel.arm(i, ticks_for(_cfg.message_timeout));
-  } else {
-    _wheel.cancel(i);
+    if (!(c.flags & flag_timer_message)) {
+      c.flags |= flag_timer_message;
+      _wheel.arm(i, ticks_for(_cfg.message_timeout));
+    }
+  } else if (c.flags & flag_timer_message) {
+    c.flags &= ~flag_timer_message;
+    _wheel.arm(i, ticks_for(_cfg.ping_interval));
   }
+}
+
+void shard::on_open_timer(std::uint32_t i) noexcept {
+  connection& c = _conns.at(i);
+  if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
+    ++_n.timeouts;
+    return fail(i, proto::close_code::policy_violation);
+  }
+  if (c.flags & flag_ping_sent) {  // nothing came back since our ping
+    ++_n.timeouts;
+    return close_now(i);
+  }
+  const std::uint32_t silent = _wheel.now() - c.last_rx, interval = ticks_for(_cfg.ping_interval);
+  if (silent < interval) return _wheel.arm(i, interval - silent);
+  c.flags |= flag_ping_sent;
+  queue_control(i, proto::opcode::ping, {});
+  _wheel.arm(i, ticks_for(_cfg.pong_timeout));
 }
 
 }  // namespace wspush::server

@@ -51,7 +51,8 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
 TEST_CASE("config: --help lists every option with its default") {
   std::string h = help_text();
   for (const char* opt : {"--listen", "--mode", "--io", "--threads", "--auth", "--max-frame-bytes", "--max-message-bytes",
-                          "--max-pending-bytes", "--upgrade-timeout", "--close-timeout", "--message-timeout"})
+                          "--max-pending-bytes", "--upgrade-timeout", "--close-timeout", "--message-timeout",
+                          "--ping-interval", "--pong-timeout", "--drain-seconds"})
     CHECK_THAT(h, Catch::Contains(opt));
   CHECK_THAT(h, Catch::Contains("[default: 0.0.0.0:8080]"));
   CHECK(parse({"--help"}).show_help);
