@@ -1,0 +1,325 @@
+#include "server/admin/admin_api.hpp"
+
+#include <simdjson.h>
+
+#include "proto/ws_handshake.hpp"
+#include "server/admin/metrics.hpp"
+
+// Publish bodies are read twice, both times at GB/s: a DOM parse validates the whole document
+// (simdjson's On Demand API checks only what it visits, and `data` goes to clients byte for
+// byte, so it must be valid JSON), then an On Demand walk finds `topic` and the raw bytes of
+// `data` in place. Both parsers keep their buffers between requests: after the first request
+// of a given size, a publish allocates only its response text.
+
+namespace wspush::server {
+namespace {
+
+constexpr std::string_view k_json = "application/json";
+
+enum class route : std::uint8_t { none, publish, publish_batch, metrics, healthz, readyz };
+
+route find_route(std::string_view path) noexcept {
+  if (path == "/publish") return route::publish;
+  if (path == "/publish/batch") return route::publish_batch;
+  if (path == "/metrics") return route::metrics;
+  if (path == "/healthz") return route::healthz;
+  if (path == "/readyz") return route::readyz;
+  return route::none;
+}
+
+/// `"..."` with JSON escapes: quote, backslash and control bytes (ids and codes are plain
+/// ASCII in practice; this keeps a surprising one from breaking the document).
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+/// `{"error":"<code>"}` or `{"error":"<code>","reason":"<reason>"}`.
+std::string error_body(std::string_view code, std::string_view reason = {}) {
+  std::string b = "{\"error\":";
+  append_json_string(b, code);
+  if (!reason.empty()) {
+    b += ",\"reason\":";
+    append_json_string(b, reason);
+  }
+  return b += '}';
+}
+
+/// Constant-time for keys of the same length: a wrong key takes as long however much of it
+/// matched. (The length itself is not secret enough to hide; keys are long random strings.)
+bool same_key(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+/// `Authorization: Bearer <key>` (scheme case-insensitive, RFC 6750 §2.1).
+std::string_view bearer_token(std::string_view value) noexcept {
+  if (value.size() < 7) return {};
+  for (std::size_t i = 0; i < 6; ++i)
+    if ((value[i] | 0x20) != "bearer"[i]) return {};
+  if (value[6] != ' ') return {};
+  value.remove_prefix(7);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  return value;
+}
+
+std::string_view trim_json_space(std::string_view s) noexcept {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+bool admin_topic_ok(std::string_view topic) noexcept {
+  if (topic.empty() || topic.size() > 128) return false;
+  for (char ch : topic) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c >= 0x7F || c == '*' || c == '"' || c == '\\') return false;
+  }
+  return true;
+}
+
+void append_http_response(std::string& out, std::uint16_t status, std::string_view content_type,
+                          std::string_view body, bool close, std::string_view extra_headers) {
+  out += "HTTP/1.1 ";
+  out += std::to_string(status);
+  out += ' ';
+  out += proto::status_reason(status);
+  out += "\r\nContent-Type: ";
+  out += content_type;
+  out += "\r\nContent-Length: ";
+  out += std::to_string(body.size());
+  out += "\r\nCache-Control: no-store\r\n";
+  if (close) out += "Connection: close\r\n";
+  out += extra_headers;
+  out += "\r\n";
+  out += body;
+}
+
+struct admin_api::state {
+  state(admin_api_options o, publish_sink& s, metrics_registry* m, const std::atomic<bool>& d)
+      : opt(std::move(o)), sink(s), metrics(m), draining(d) {}
+
+  admin_api_options opt;
+  publish_sink& sink;
+  metrics_registry* metrics;
+  const std::atomic<bool>& draining;
+  simdjson::dom::parser validator;
+  simdjson::ondemand::parser reader;
+  std::string scratch;  // a padded copy of a body that came without readable padding
+  std::string text;     // response body under construction, reused
+  counter* requests[3] = {};   // 2xx, 4xx, 5xx
+  counter* publishes[3] = {};  // ok, bad_request, unavailable (publish_outcome::kind_t order)
+
+  void reply(std::string& out, std::uint16_t status, std::string_view type, std::string_view body, bool close,
+             std::string_view extra = {}) {
+    if (requests[0]) requests[status >= 500 ? 2 : status >= 400 ? 1 : 0]->inc();
+    append_http_response(out, status, type, body, close, extra);
+  }
+
+  std::string_view extract(std::string_view json, std::size_t readable, std::string_view& topic,
+                           std::string_view& data) noexcept;
+  std::string_view read_field(simdjson::ondemand::field& f, bool& have_topic, bool& have_data,
+                              std::string_view& topic, std::string_view& data) noexcept;
+  publish_outcome publish_one(std::string_view json, std::size_t readable, std::string_view& reason) noexcept;
+  void publish(const proto::http_request& req, std::size_t readable, std::string& out, bool close);
+  void publish_batch(const proto::http_request& req, std::size_t readable, std::string& out, bool close);
+};
+
+/// One field of a publish object: `topic` and `data` are taken (each at most once), others
+/// skipped. Returns a reason on failure.
+std::string_view admin_api::state::read_field(simdjson::ondemand::field& f, bool& have_topic, bool& have_data,
+                                              std::string_view& topic, std::string_view& data) noexcept {
+  namespace od = simdjson::ondemand;
+  std::string_view key;
+  if (f.unescaped_key().get(key)) return "malformed JSON";
+  od::value& v = f.value();
+  if (key == "topic") {
+    if (have_topic) return "repeated topic";
+    have_topic = true;
+    return v.get_string().get(topic) ? "topic is not a string" : "";
+  }
+  if (key != "data") return "";
+  if (have_data) return "repeated data";
+  have_data = true;
+  od::json_type t;
+  if (v.type().get(t)) return "malformed JSON";
+  // raw_json and raw_json_token both run up to the next structural character: trim the
+  // whitespace before it, so that `data` ends with the value's last byte.
+  if (t == od::json_type::object) {
+    od::object o;
+    if (v.get_object().get(o) || o.raw_json().get(data)) return "malformed JSON";
+  } else if (t == od::json_type::array) {
+    od::array a;
+    if (v.get_array().get(a) || a.raw_json().get(data)) return "malformed JSON";
+  } else {
+    data = v.raw_json_token();
+  }
+  data = trim_json_space(data);
+  return "";
+}
+
+/// `{"topic":"...","data":...}` → topic and the raw bytes of data; a reason when it is not.
+std::string_view admin_api::state::extract(std::string_view json, std::size_t readable, std::string_view& topic,
+                                           std::string_view& data) noexcept {
+  const char* p = json.data();
+  if (readable < json.size() + simdjson::SIMDJSON_PADDING) {
+    scratch.assign(json);
+    scratch.resize(json.size() + simdjson::SIMDJSON_PADDING, ' ');
+    p = scratch.data();
+    readable = scratch.size();
+  }
+  simdjson::dom::element root;
+  if (validator.parse(p, json.size(), false).get(root)) return "malformed JSON";
+  if (!root.is_object()) return "body is not a JSON object";
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object obj;
+  if (reader.iterate(p, json.size(), readable).get(doc) || doc.get_object().get(obj)) return "malformed JSON";
+  bool have_topic = false, have_data = false;
+  for (auto item : obj) {
+    simdjson::ondemand::field f;
+    if (std::move(item).get(f)) return "malformed JSON";
+    if (const std::string_view why = read_field(f, have_topic, have_data, topic, data); !why.empty()) return why;
+  }
+  if (!have_topic) return "topic missing";
+  if (!admin_topic_ok(topic)) return "invalid topic";
+  if (!have_data) return "data missing";
+  return "";
+}
+
+publish_outcome admin_api::state::publish_one(std::string_view json, std::size_t readable,
+                                              std::string_view& reason) noexcept {
+  std::string_view topic, data;
+  reason = extract(json, readable, topic, data);
+  publish_outcome r = reason.empty() ? sink.publish(topic, data) : publish_outcome{publish_outcome::bad_request, {}};
+  if (publishes[0]) publishes[r.kind]->inc();
+  return r;
+}
+
+void admin_api::state::publish(const proto::http_request& req, std::size_t readable, std::string& out, bool close) {
+  std::string_view reason;
+  const publish_outcome r = publish_one(req.body, readable, reason);
+  sink.end_batch();
+  if (r.kind == publish_outcome::ok) {
+    text = "{\"id\":";
+    append_json_string(text, r.id_or_error);
+    text += '}';
+    return reply(out, 200, k_json, text, close);
+  }
+  if (r.kind == publish_outcome::unavailable)
+    return reply(out, 503, k_json, error_body("unavailable"), close, "Retry-After: 1\r\n");
+  const std::string_view code = r.id_or_error.empty() ? "bad_request" : r.id_or_error;
+  reply(out, 400, k_json, error_body(code, reason), close);
+}
+
+/// NDJSON: one publish a line, answered in order. Blank lines are skipped (the NDJSON
+/// convention), so a trailing newline adds no entry. 503 only when every line met an
+/// unavailable bus: then the whole batch may be retried; otherwise 200, entries say which
+/// lines failed.
+void admin_api::state::publish_batch(const proto::http_request& req, std::size_t readable, std::string& out,
+                                     bool close) {
+  std::string_view body = req.body;
+  std::size_t lines = 0, unavailable = 0;
+  text = "{\"results\":[";
+  while (!body.empty()) {
+    const std::size_t lf = body.find('\n');
+    const std::string_view line = trim_json_space(body.substr(0, lf));
+    const std::size_t used = lf == std::string_view::npos ? body.size() : lf + 1;
+    const std::size_t line_readable = readable - static_cast<std::size_t>(line.data() - req.body.data());
+    body.remove_prefix(used);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    std::string_view reason;
+    const publish_outcome r = publish_one(line, line_readable, reason);
+    if (lines++ != 0) text += ',';
+    if (r.kind == publish_outcome::ok) {
+      text += "{\"id\":";
+      append_json_string(text, r.id_or_error);
+      text += '}';
+    } else {
+      unavailable += r.kind == publish_outcome::unavailable;
+      text += error_body(r.kind == publish_outcome::unavailable ? "unavailable"
+                         : r.id_or_error.empty()               ? "bad_request"
+                                                               : r.id_or_error);
+    }
+  }
+  sink.end_batch();
+  text += "]}";
+  const bool all_down = lines != 0 && unavailable == lines;
+  reply(out, all_down ? 503 : 200, k_json, text, close, all_down ? "Retry-After: 1\r\n" : "");
+}
+
+admin_api::admin_api(admin_api_options o, publish_sink& sink, metrics_registry* metrics,
+                     const std::atomic<bool>& draining)
+    : _s(std::make_unique<state>(std::move(o), sink, metrics, draining)) {
+  if (!metrics) return;
+  _s->requests[0] = &metrics->add_counter("wspush_admin_requests_total", {}, {{"code", "2xx"}});
+  _s->requests[1] = &metrics->add_counter("wspush_admin_requests_total", {}, {{"code", "4xx"}});
+  _s->requests[2] = &metrics->add_counter("wspush_admin_requests_total", {}, {{"code", "5xx"}});
+  _s->publishes[0] = &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "ok"}});
+  _s->publishes[1] =
+      &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "bad_request"}});
+  _s->publishes[2] =
+      &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "unavailable"}});
+}
+
+admin_api::~admin_api() = default;
+
+void admin_api::respond_error(std::uint16_t status, std::string_view reason, std::string& out) {
+  const std::string_view code = status == 408 ? "timeout"
+                                : status == 413 || status == 431 ? "too_large"
+                                : status == 503 ? "unavailable"
+                                : status >= 500 ? "not_implemented"
+                                                : "bad_request";
+  _s->reply(out, status, k_json, error_body(code, reason), true);
+}
+
+bool admin_api::respond(const proto::http_request& req, std::size_t body_readable, std::string& out) {
+  state& s = *_s;
+  const bool close = !req.keep_alive;
+  const route r = find_route(req.path);
+  if (r == route::none) return s.reply(out, 404, k_json, error_body("not_found"), close), close;
+  const bool is_publish = r == route::publish || r == route::publish_batch;
+  if (req.method != (is_publish ? "POST" : "GET")) {
+    s.reply(out, 405, k_json, error_body("method_not_allowed"), close, is_publish ? "Allow: POST\r\n" : "Allow: GET\r\n");
+    return close;
+  }
+  if (is_publish && !s.opt.api_key.empty() && !same_key(bearer_token(req.header("authorization")), s.opt.api_key)) {
+    s.reply(out, 401, k_json, error_body("unauthorized"), close, "WWW-Authenticate: Bearer realm=\"wspush\"\r\n");
+    return close;
+  }
+  if (is_publish && !req.has_content_length)
+    return s.reply(out, 411, k_json, error_body("length_required"), close), close;
+  switch (r) {
+    case route::publish: s.publish(req, body_readable, out, close); break;
+    case route::publish_batch: s.publish_batch(req, body_readable, out, close); break;
+    case route::metrics:
+      s.text.clear();
+      if (s.metrics) s.metrics->render(s.text);
+      s.reply(out, 200, metrics_registry::content_type, s.text, close);
+      break;
+    case route::healthz: s.reply(out, 200, k_json, "{\"status\":\"ok\"}", close); break;
+    default:
+      if (s.draining.load(std::memory_order_relaxed)) s.reply(out, 503, k_json, "{\"status\":\"draining\"}", close);
+      else s.reply(out, 200, k_json, "{\"status\":\"ready\"}", close);
+  }
+  return close;
+}
+
+}  // namespace wspush::server

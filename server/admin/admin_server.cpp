@@ -1,0 +1,323 @@
+#include "server/admin/admin_server.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server/admin/metrics.hpp"
+#include "server/app/log.hpp"
+#include "server/net/socket_ops.hpp"
+#include "server/reactor/io_backend.hpp"
+
+// One thread, one epoll backend, a fixed table of connection slots. Deadlines are kept per
+// slot and scanned after every poll: there are at most a few hundred slots, and the scan is
+// what lets poll sleep exactly until the nearest deadline.
+
+namespace wspush::server {
+namespace {
+
+constexpr std::size_t k_out_pause_bytes = 256 * 1024;  // stop reading pipelined requests past it
+constexpr std::size_t k_padding = 64;                  // simdjson reads this far past a body
+constexpr std::uint64_t k_index_bits = 20;             // token = gen << 20 | slot index
+constexpr std::uint32_t k_no_slot = ~std::uint32_t{0};
+
+std::int64_t now_ms() noexcept {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::int64_t to_ms(double seconds) noexcept { return static_cast<std::int64_t>(seconds * 1000.0); }
+
+enum class phase : std::uint8_t { free, active, lingering };
+
+/// An admin connection. It owns its buffers (see the header): admin connections are few.
+struct admin_conn {
+  int fd = -1;
+  std::uint32_t gen = 0;
+  phase ph = phase::free;
+  bool close_when_flushed = false;  // an answer that ends the connection is queued
+  bool waiting_writable = false;
+  bool continue_sent = false;       // `100 Continue` already sent for the current request
+  std::int64_t request_start = 0;   // first byte of the request under way
+  std::int64_t deadline = 0;
+  std::string in, out;
+  std::size_t out_sent = 0;
+  proto::http_request_parser parser;
+};
+
+}  // namespace
+
+class admin_server::loop final : public io_handler {
+ public:
+  loop(const admin_options& o, publish_sink& sink, metrics_registry* metrics, const std::atomic<bool>& draining,
+       std::unique_ptr<io_backend> io, int listen_fd)
+      : _opt(o),
+        _api(admin_api_options{o.api_key}, sink, metrics, draining),
+        _io(std::move(io)),
+        _listen_fd(listen_fd),
+        _conns(o.max_connections),
+        _max_in(std::size_t{o.max_head_bytes} + o.max_body_bytes + 64 * 1024) {
+    if (metrics) _conn_gauge = &metrics->add_gauge("wspush_admin_connections");
+    for (admin_conn& c : _conns)
+      c.parser = proto::http_request_parser({o.max_head_bytes, o.max_body_bytes});
+  }
+
+  ~loop() override {
+    for (std::uint32_t i = 0; i < _conns.size(); ++i)
+      if (_conns[i].ph != phase::free) close_conn(i);
+    ::close(_listen_fd);
+  }
+
+  bool listen() noexcept { return _io->add_listener(_listen_fd, 0); }
+
+  void run() noexcept {
+    while (!_stop.load(std::memory_order_acquire)) {
+      _io->poll(*this, poll_timeout(now_ms()));
+      expire(now_ms());
+    }
+  }
+
+  void request_stop() noexcept {
+    _stop.store(true, std::memory_order_release);
+    _io->wake();
+  }
+
+ private:
+  // io_handler
+  void on_accept(int, int fd) noexcept override;
+  void on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept override;
+  void on_read_end(conn_token t, int) noexcept override;
+  void on_read_paused(conn_token t) noexcept override {
+    if (const std::uint32_t i = lookup(t); i != k_no_slot) _io->start_reading(_conns[i].fd, t);
+  }
+  void on_send_done(conn_token, int) noexcept override {}  // epoll sends synchronously
+  void on_writable(conn_token t) noexcept override;
+  void on_wake() noexcept override {}  // run() checks _stop
+
+  conn_token token(std::uint32_t i) const noexcept { return (std::uint64_t{_conns[i].gen} << k_index_bits) | i; }
+  std::uint32_t lookup(conn_token t) const noexcept {
+    const auto i = static_cast<std::uint32_t>(t & ((std::uint64_t{1} << k_index_bits) - 1));
+    if (i >= _conns.size() || _conns[i].ph == phase::free || token(i) != t) return k_no_slot;
+    return i;
+  }
+
+  void refuse(int fd) noexcept;
+  void close_conn(std::uint32_t i) noexcept;
+  void process(std::uint32_t i, std::int64_t now) noexcept;
+  bool flush(std::uint32_t i, std::int64_t now) noexcept;
+  void start_linger(std::uint32_t i, std::int64_t now) noexcept;
+  void rearm(admin_conn& c, std::int64_t now) noexcept;
+  void expire(std::int64_t now) noexcept;
+  int poll_timeout(std::int64_t now) const noexcept;
+
+  const admin_options& _opt;
+  admin_api _api;
+  std::unique_ptr<io_backend> _io;
+  int _listen_fd;
+  std::vector<admin_conn> _conns;
+  std::size_t _max_in;  // input held for one connection: one whole request and some pipelined bytes
+  std::uint32_t _open = 0;
+  gauge* _conn_gauge = nullptr;
+  std::atomic<bool> _stop{false};
+};
+
+void admin_server::loop::refuse(int fd) noexcept {
+  std::string r;
+  append_http_response(r, 503, "application/json", "{\"error\":\"too_many_connections\"}", true,
+                       "Retry-After: 1\r\n");
+  [[maybe_unused]] const auto n = ::send(fd, r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::close(fd);
+}
+
+void admin_server::loop::on_accept(int, int fd) noexcept {
+  if (fd < 0) {
+    log_ratelimited(log_level::warn, "admin: accept failed: %s", std::strerror(-fd));
+    return;
+  }
+  std::uint32_t i = 0;
+  while (i < _conns.size() && _conns[i].ph != phase::free) ++i;
+  if (i == _conns.size()) return refuse(fd);
+  admin_conn& c = _conns[i];
+  c.fd = fd;
+  c.gen = (c.gen + 1) & 0xFFFFFFFu;  // 28 bits: token stays within the backend's 56
+  if (c.gen == 0) c.gen = 1;
+  c.ph = phase::active;
+  c.close_when_flushed = c.waiting_writable = c.continue_sent = false;
+  c.in.clear();
+  c.out.clear();
+  c.out_sent = 0;
+  c.parser.reset();
+  c.deadline = now_ms() + to_ms(_opt.idle_timeout);
+  if (!_io->start_reading(fd, token(i))) return close_conn(i);
+  ++_open;
+  if (_conn_gauge) _conn_gauge->set(_open);
+}
+
+void admin_server::loop::close_conn(std::uint32_t i) noexcept {
+  admin_conn& c = _conns[i];
+  if (c.ph == phase::free) return;
+  _io->close(c.fd, token(i));
+  c.fd = -1;
+  c.ph = phase::free;
+  // Give back what a large request or response grew: a closed slot keeps nothing.
+  std::string().swap(c.in);
+  std::string().swap(c.out);
+  --_open;
+  if (_conn_gauge) _conn_gauge->set(_open);
+}
+
+void admin_server::loop::on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept {
+  const std::uint32_t i = lookup(t);
+  if (i == k_no_slot) return;
+  admin_conn& c = _conns[i];
+  if (c.ph == phase::lingering || c.close_when_flushed) return;  // the rest of a refused request
+  if (c.in.size() + bytes.size() > _max_in) return close_conn(i);  // pipelining into a stuck output
+  const std::int64_t now = now_ms();
+  if (c.in.empty()) c.request_start = now;
+  // Room for simdjson's padding after whatever body this completes: views stay put below.
+  c.in.reserve(c.in.size() + bytes.size() + k_padding);
+  c.in.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  process(i, now);
+}
+
+void admin_server::loop::on_read_end(conn_token t, int) noexcept {
+  const std::uint32_t i = lookup(t);
+  if (i == k_no_slot) return;
+  // The peer is done sending. What is queued gets one more try; then the slot is closed (a
+  // level-triggered EOF would otherwise be reported on every poll while output waits).
+  if (_conns[i].ph == phase::active && !flush(i, now_ms())) return;
+  close_conn(i);
+}
+
+void admin_server::loop::on_writable(conn_token t) noexcept {
+  const std::uint32_t i = lookup(t);
+  if (i == k_no_slot) return;
+  _conns[i].waiting_writable = false;
+  const std::int64_t now = now_ms();
+  if (_conns[i].ph == phase::active && flush(i, now)) process(i, now);  // requests held back by output
+}
+
+/// Answers every complete request in the input, in order (pipelining), up to one that ends
+/// the connection or until too much output waits; then sends what it can.
+void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
+  admin_conn& c = _conns[i];
+  while (!c.close_when_flushed && !c.in.empty() && c.out.size() - c.out_sent < k_out_pause_bytes) {
+    proto::http_request req;
+    const proto::http_request_result r = c.parser.parse(c.in, req);
+    if (r.status == proto::parse_status::need_more) {
+      if (c.parser.head_complete() && req.expect_continue && !c.continue_sent) {
+        c.out += admin_api::continue_response;
+        c.continue_sent = true;
+      }
+      break;
+    }
+    if (r.status == proto::parse_status::error) {
+      _api.respond_error(r.http_status, r.reason, c.out);
+      c.close_when_flushed = true;
+      break;
+    }
+    const std::size_t body_at = req.body.empty() ? c.in.size() : static_cast<std::size_t>(req.body.data() - c.in.data());
+    c.close_when_flushed = _api.respond(req, c.in.capacity() - body_at, c.out);
+    c.in.erase(0, r.consumed);
+    c.parser.reset();
+    c.continue_sent = false;
+    c.request_start = now;
+  }
+  if (flush(i, now)) rearm(c, now);
+}
+
+/// Sends queued output. Returns false when the connection was closed.
+bool admin_server::loop::flush(std::uint32_t i, std::int64_t now) noexcept {
+  admin_conn& c = _conns[i];
+  while (c.out_sent < c.out.size()) {
+    const iovec v{c.out.data() + c.out_sent, c.out.size() - c.out_sent};
+    const send_result r = _io->send(c.fd, token(i), &v, 1);
+    if (r.outcome != send_outcome::completed) return close_conn(i), false;  // epoll: never pending
+    c.out_sent += r.bytes;
+    if (c.out_sent < c.out.size()) {
+      if (!c.waiting_writable) _io->wait_writable(c.fd, token(i));
+      c.waiting_writable = true;
+      c.deadline = now + to_ms(_opt.request_timeout);  // the client has this long to read on
+      return true;
+    }
+  }
+  c.out.clear();
+  c.out_sent = 0;
+  if (c.close_when_flushed && c.ph == phase::active) start_linger(i, now);
+  return true;
+}
+
+/// The answer is out and the connection ends: shut our side, then read and drop what the
+/// client still sends (a body we refused) until it closes or the linger time is up. Closing
+/// at once could reset the connection before the client read our answer.
+void admin_server::loop::start_linger(std::uint32_t i, std::int64_t now) noexcept {
+  admin_conn& c = _conns[i];
+  ::shutdown(c.fd, SHUT_WR);
+  c.ph = phase::lingering;
+  std::string().swap(c.in);
+  c.deadline = now + to_ms(_opt.linger_timeout);
+}
+
+void admin_server::loop::rearm(admin_conn& c, std::int64_t now) noexcept {
+  if (c.ph != phase::active || c.out_sent < c.out.size()) return;  // linger / write deadlines stand
+  c.deadline = c.in.empty() ? now + to_ms(_opt.idle_timeout) : c.request_start + to_ms(_opt.request_timeout);
+}
+
+void admin_server::loop::expire(std::int64_t now) noexcept {
+  for (std::uint32_t i = 0; i < _conns.size(); ++i) {
+    admin_conn& c = _conns[i];
+    if (c.ph == phase::free || c.deadline > now) continue;
+    if (c.ph == phase::lingering || c.out_sent < c.out.size() || c.in.empty() || c.close_when_flushed) {
+      close_conn(i);  // linger over, output not taken, or idle
+      continue;
+    }
+    // A request started and not finished in time (one byte a second, a body that stalls).
+    _api.respond_error(408, "request not complete in time", c.out);
+    c.close_when_flushed = true;
+    if (flush(i, now) && c.ph == phase::active) c.deadline = now + to_ms(_opt.request_timeout);
+  }
+}
+
+int admin_server::loop::poll_timeout(std::int64_t now) const noexcept {
+  std::int64_t wait = 1000;  // also bounds how long a missed wake-up could delay stop()
+  for (const admin_conn& c : _conns)
+    if (c.ph != phase::free && c.deadline - now < wait) wait = c.deadline - now;
+  return wait < 0 ? 0 : static_cast<int>(wait);
+}
+
+// ---- admin_server ---------------------------------------------------------------------------
+
+admin_server::admin_server(admin_options o, publish_sink& sink, metrics_registry* metrics)
+    : _opt(std::move(o)), _sink(sink), _metrics(metrics) {}
+
+admin_server::~admin_server() { stop(); }
+
+void admin_server::start() {
+  if (_loop) throw std::logic_error("admin_server started twice");
+  if (_opt.max_connections == 0 || _opt.max_connections >= (1u << k_index_bits))
+    throw std::invalid_argument("admin max_connections out of range");
+  std::string why;
+  std::unique_ptr<io_backend> io = make_epoll_backend({}, why);
+  if (!io) throw std::runtime_error("admin listener: " + why);
+  const int fd = make_listener(parse_endpoint(_opt.listen), 128);
+  _local = local_name(fd);
+  _port = static_cast<std::uint16_t>(std::stoul(_local.substr(_local.rfind(':') + 1)));
+  _loop = std::make_unique<loop>(_opt, _sink, _metrics, _draining, std::move(io), fd);
+  if (!_loop->listen()) {
+    _loop.reset();
+    throw std::runtime_error("admin listener: cannot watch the listening socket");
+  }
+  _thread = std::thread([l = _loop.get()] { l->run(); });
+}
+
+void admin_server::stop() noexcept {
+  if (!_loop) return;
+  _loop->request_stop();
+  if (_thread.joinable()) _thread.join();
+  _loop.reset();
+}
+
+}  // namespace wspush::server

@@ -1,0 +1,76 @@
+#pragma once
+/// \file admin_server.hpp
+/// The admin listener (DESIGN.md: default 127.0.0.1:8081): HTTP/1.1 with keep-alive and
+/// pipelining on a thread of its own, over the epoll io_backend. Admin traffic is a few
+/// backends publishing and a scraper, so it is kept apart from the shards and simple: each
+/// admin connection owns its input and output strings (unlike a public connection, which owns
+/// no buffer while idle), and there are at most `max_connections` of them.
+///
+/// Bounds and timeouts, so a slow or hostile client costs a slot and nothing else:
+/// - past `max_connections` a new connection gets 503 and is closed;
+/// - a request (head and body) must arrive within `request_timeout` of its first byte, else
+///   408 and close; a keep-alive connection idle for `idle_timeout` is closed;
+/// - output not taken by the client for `request_timeout` closes the connection; while more
+///   than 256 KiB of output waits, pipelined requests are not read further;
+/// - after an error answer the write side is shut and the rest of the request read and dropped
+///   for at most `linger_timeout`, so that the client sees the 4xx instead of a reset.
+///
+/// Wiring (the lead): build a metrics_registry and a publish_sink, start the server after the
+/// shards, call set_draining(true) on SIGTERM, stop() (or destroy) last.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/admin/admin_api.hpp"
+
+namespace wspush::server {
+
+struct admin_options {
+  std::string listen = "127.0.0.1:8081";  // --admin-listen; port 0 picks a free one (see port())
+  std::string api_key;                    // --api-key; empty: publish endpoints need none
+  std::uint32_t max_body_bytes = 1u << 20;   // --max-body-bytes: larger bodies get 413
+  std::uint32_t max_head_bytes = 8192;       // request line and headers: larger get 431
+  std::uint32_t max_connections = 256;
+  double request_timeout = 10;  // seconds from a request's first byte to its last
+  double idle_timeout = 60;     // seconds a keep-alive connection may wait for its next request
+  double linger_timeout = 2;    // seconds spent draining a request after an error answer
+};
+
+class admin_server {
+ public:
+  /// `metrics` may be null; both it and `sink` must outlive the server.
+  admin_server(admin_options o, publish_sink& sink, metrics_registry* metrics);
+  ~admin_server();  // stops
+  admin_server(const admin_server&) = delete;
+  admin_server& operator=(const admin_server&) = delete;
+
+  /// Binds the listener and starts the thread. Throws (config_error, std::runtime_error) when
+  /// the address is bad or taken: start-up is the place for it.
+  void start();
+  /// Thread-safe, idempotent: closes every admin connection and joins the thread.
+  void stop() noexcept;
+
+  /// `/readyz` answers 503 while draining. Thread-safe.
+  void set_draining(bool on) noexcept { _draining.store(on, std::memory_order_relaxed); }
+  bool draining() const noexcept { return _draining.load(std::memory_order_relaxed); }
+
+  /// The bound address ("127.0.0.1:41235") and port, valid after start().
+  const std::string& local_address() const noexcept { return _local; }
+  std::uint16_t port() const noexcept { return _port; }
+
+ private:
+  class loop;
+  admin_options _opt;
+  publish_sink& _sink;
+  metrics_registry* _metrics;
+  std::atomic<bool> _draining{false};
+  std::unique_ptr<loop> _loop;
+  std::thread _thread;
+  std::string _local;
+  std::uint16_t _port = 0;
+};
+
+}  // namespace wspush::server

@@ -1,0 +1,147 @@
+#pragma once
+// Helpers for the admin tests: a publish sink that records its calls, and a blocking HTTP
+// client over a real loopback socket that reads responses one at a time.
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server/admin/admin_api.hpp"
+
+namespace wspush::test {
+
+/// Topics starting "down" answer unavailable, "deny" answer bad_request "forbidden"; others
+/// get ids 1, 2, 3...
+struct recording_sink : server::publish_sink {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> calls;
+  int batches = 0;
+  int next_id = 0;
+  std::string id;
+
+  server::publish_outcome publish(std::string_view topic, std::string_view data) noexcept override {
+    std::lock_guard lock(mu);
+    calls.emplace_back(topic, data);
+    if (topic.substr(0, 4) == "down") return {server::publish_outcome::unavailable, {}};
+    if (topic.substr(0, 4) == "deny") return {server::publish_outcome::bad_request, "forbidden"};
+    id = "k3f9:" + std::to_string(++next_id);
+    return {server::publish_outcome::ok, id};
+  }
+  void end_batch() noexcept override {
+    std::lock_guard lock(mu);
+    ++batches;
+  }
+  std::vector<std::pair<std::string, std::string>> snapshot() {
+    std::lock_guard lock(mu);
+    return calls;
+  }
+};
+
+struct http_response {
+  int status = 0;  // 0: no complete response (closed or timed out)
+  std::map<std::string, std::string> headers;  // names lower case
+  std::string body;
+};
+
+/// A blocking client. Every read has a 10 s safety timeout: a test that hits it fails, it
+/// never waits on time to synchronise.
+struct http_client {
+  int fd = -1;
+  std::string in;
+
+  explicit http_client(std::uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~http_client() {
+    if (fd >= 0) ::close(fd);
+  }
+  http_client(const http_client&) = delete;
+
+  bool send(std::string_view s) {
+    while (!s.empty()) {
+      const ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      s.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  /// Reads more bytes; false at EOF, error or timeout.
+  bool fill() {
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    in.append(buf, static_cast<std::size_t>(n));
+    return true;
+  }
+
+  http_response read_response() {
+    http_response r;
+    std::size_t end;
+    while ((end = in.find("\r\n\r\n")) == std::string::npos)
+      if (!fill()) return r;
+    const std::string head = in.substr(0, end + 2);
+    std::size_t at = head.find("\r\n");
+    const int status = std::stoi(head.substr(9, 3));
+    while (at + 2 < head.size()) {
+      const std::size_t next = head.find("\r\n", at + 2);
+      const std::string line = head.substr(at + 2, next - at - 2);
+      const std::size_t colon = line.find(':');
+      std::string name = line.substr(0, colon);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      r.headers[name] = line.substr(colon + 2);
+      at = next;
+    }
+    const std::size_t len = r.headers.count("content-length") ? std::stoul(r.headers["content-length"]) : 0;
+    while (in.size() < end + 4 + len)
+      if (!fill()) return r;
+    r.body = in.substr(end + 4, len);
+    in.erase(0, end + 4 + len);
+    r.status = status;
+    return r;
+  }
+
+  /// True when the server closed the connection (EOF or reset) with nothing more to read.
+  bool closed_by_peer() {
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+  http_response request(std::string_view method, std::string_view path, std::string_view body = {},
+                        std::string_view headers = {}) {
+    std::string req = std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    req += headers;
+    if (method == "POST") req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    req += "\r\n";
+    req += body;
+    if (!send(req)) return {};
+    return read_response();
+  }
+};
+
+}  // namespace wspush::test
