@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include "proto/topic.hpp"
 #include "proto/ws_handshake.hpp"
 #include "server/admin/metrics.hpp"
 
@@ -86,15 +87,6 @@ std::string_view trim_json_space(std::string_view s) noexcept {
 }
 
 }  // namespace
-
-bool admin_topic_ok(std::string_view topic) noexcept {
-  if (topic.empty() || topic.size() > 128) return false;
-  for (char ch : topic) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c <= 0x20 || c >= 0x7F || c == '*' || c == '"' || c == '\\') return false;
-  }
-  return true;
-}
 
 void append_http_response(std::string& out, std::uint16_t status, std::string_view content_type,
                           std::string_view body, bool close, std::string_view extra_headers) {
@@ -199,7 +191,7 @@ std::string_view admin_api::state::extract(std::string_view json, std::size_t re
     if (const std::string_view why = read_field(f, have_topic, have_data, topic, data); !why.empty()) return why;
   }
   if (!have_topic) return "topic missing";
-  if (!admin_topic_ok(topic)) return "invalid topic";
+  if (!proto::is_valid_topic(topic)) return "invalid topic";
   if (!have_data) return "data missing";
   return "";
 }

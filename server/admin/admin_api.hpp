@@ -42,7 +42,7 @@ struct publish_outcome {
 class publish_sink {
  public:
   virtual ~publish_sink() = default;
-  /// Called on the admin thread only. `topic` is valid by the topic rule; `data_raw` is the
+  /// Called on the admin thread only. `topic` is valid (proto/topic.hpp); `data_raw` is the
   /// `data` value exactly as the publisher sent it, validated JSON, byte for byte. Both views
   /// are valid only during the call.
   virtual publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept = 0;
@@ -54,10 +54,6 @@ class publish_sink {
 struct admin_api_options {
   std::string api_key;  // empty: the publish endpoints are open (the listener is loopback by default)
 };
-
-/// Topic rule used until proto/topic.hpp lands (the same rule as that header: 1-128 bytes of
-/// visible ASCII except `*`, `"` and `\`).
-bool admin_topic_ok(std::string_view topic) noexcept;
 
 class admin_api {
  public:

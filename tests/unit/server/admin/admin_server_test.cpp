@@ -98,7 +98,7 @@ TEST_CASE("admin server: bad publishes get 400 with a JSON error and never reach
   fixture f;
   http_client c(f.port());
   for (std::string_view body : {"", "{", "not json", "[1,2]", "\"x\"", R"({"topic":"t"})", R"({"data":{}})",
-                                R"({"topic":"a b","data":1})", R"({"topic":"mail*","data":1})",
+                                R"({"topic":"a b","data":1})", R"({"topic":"mail*","data":1})", R"({"topic":"a\"b","data":1})",
                                 R"({"topic":"","data":1})", R"({"topic":7,"data":1})", R"({"topic":"t","data":tru})",
                                 R"({"topic":"t","data":{"a":1,}})", R"({"topic":"t","data":1} x)",
                                 R"({"topic":"t","topic":"u","data":1})", R"({"topic":"t","data":1,"data":2})",
