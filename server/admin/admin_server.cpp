@@ -305,6 +305,7 @@ void admin_server::start() {
   const int fd = make_listener(parse_endpoint(_opt.listen), 128);
   _local = local_name(fd);
   _port = static_cast<std::uint16_t>(std::stoul(_local.substr(_local.rfind(':') + 1)));
+  if (_metrics) _metrics->add_gauge_fn("wspush_draining", [this] { return draining() ? 1.0 : 0.0; });
   _loop = std::make_unique<loop>(_opt, _sink, _metrics, _draining, std::move(io), fd);
   if (!_loop->listen()) {
     _loop.reset();

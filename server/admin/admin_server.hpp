@@ -41,7 +41,9 @@ struct admin_options {
 
 class admin_server {
  public:
-  /// `metrics` may be null; both it and `sink` must outlive the server.
+  /// `metrics` may be null; both it and `sink` must outlive the server. The server registers
+  /// its own series in it (wspush_admin_*, wspush_draining, the admin publishes): one admin
+  /// server per registry.
   admin_server(admin_options o, publish_sink& sink, metrics_registry* metrics);
   ~admin_server();  // stops
   admin_server(const admin_server&) = delete;

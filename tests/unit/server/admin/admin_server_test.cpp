@@ -57,6 +57,7 @@ TEST_CASE("admin server: healthz, readyz while draining, metrics", "[admin]") {
   r = c.request("GET", "/readyz");
   CHECK(r.status == 503);
   CHECK(r.body == R"({"status":"draining"})");
+  CHECK(check_prometheus_text(c.request("GET", "/metrics").body).samples.at("wspush_draining") == 1);
   CHECK(c.request("GET", "/healthz").status == 200);  // alive while draining
   f.server->set_draining(false);
   CHECK(c.request("GET", "/readyz").status == 200);
@@ -67,7 +68,8 @@ TEST_CASE("admin server: healthz, readyz while draining, metrics", "[admin]") {
   INFO(r.body);
   CHECK(p.error.empty());
   CHECK(p.samples.at("wspush_admin_connections") == 1);
-  CHECK(p.samples.at("wspush_admin_requests_total{code=\"2xx\"}") == 4);  // this scrape not yet counted
+  CHECK(p.samples.at("wspush_draining") == 0);
+  CHECK(p.samples.at("wspush_admin_requests_total{code=\"2xx\"}") == 5);  // this scrape not yet counted
   CHECK(p.samples.at("wspush_admin_requests_total{code=\"5xx\"}") == 1);
 }
 
@@ -91,7 +93,7 @@ TEST_CASE("admin server: publish hands over the topic and the raw data bytes", "
   CHECK(calls[2].second == "-1.5e3");
   CHECK(calls[3].second == "[ ]");
   CHECK(calls[4].second == "null");
-  CHECK(f.sink.batches == 5);
+  CHECK(f.sink.batch_count() == 5);
 }
 
 TEST_CASE("admin server: bad publishes get 400 with a JSON error and never reach the sink", "[admin]") {
@@ -211,7 +213,7 @@ TEST_CASE("admin server: NDJSON batch answers every line in order", "[admin]") {
   CHECK(calls[0] == std::pair<std::string, std::string>{"a", "{\"n\":1}"});
   CHECK(calls[1] == std::pair<std::string, std::string>{"b", "[2]"});
   CHECK(calls[4] == std::pair<std::string, std::string>{"c", "\"last, no newline\""});
-  CHECK(f.sink.batches == 1);
+  CHECK(f.sink.batch_count() == 1);
   // every line unavailable: the whole batch may be retried
   http_response down = c.request("POST", "/publish/batch", publish_body("down:1", "1") + "\n" +
                                                                      publish_body("down:2", "1") + "\n");

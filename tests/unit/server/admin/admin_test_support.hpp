@@ -43,6 +43,10 @@ struct recording_sink : server::publish_sink {
     std::lock_guard lock(mu);
     ++batches;
   }
+  int batch_count() {
+    std::lock_guard lock(mu);
+    return batches;
+  }
   std::vector<std::pair<std::string, std::string>> snapshot() {
     std::lock_guard lock(mu);
     return calls;
