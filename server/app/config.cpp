@@ -1,6 +1,8 @@
 #include "server/app/config.hpp"
 
 #include <charconv>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <functional>
 #include <string_view>
@@ -17,6 +19,16 @@ struct option {
   std::function<std::string(const config&)> show;  // default, for --help
   std::function<void(config&, std::string_view)> set;
 };
+
+std::string read_secret_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error("--jwt-secret-file: cannot read '" + path + "'");
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  if (secret.empty()) throw config_error("--jwt-secret-file: '" + path + "' is empty");
+  return secret;
+}
 
 [[noreturn]] void bad(std::string_view name, std::string_view value, std::string_view want) {
   throw config_error("--" + std::string(name) + ": '" + std::string(value) + "' is not " + std::string(want));
@@ -83,12 +95,21 @@ const std::vector<option>& options() {
       {"threads", "N", "reactor threads (shards); 0: one per core",
        [](const config& c) { return std::to_string(c.threads); },
        [](config& c, std::string_view v) { c.threads = parse_uint<unsigned>("threads", v, 0, 1024); }},
-      {"auth", "none", "none: no token required (the only mode until JWT auth lands)",
+      {"auth", "none", "none: no token required, anyone may connect (else a JWT secret is required)",
        [](const config& c) { return std::string(c.auth_none ? "none" : "(unset)"); },
        [](config& c, std::string_view v) {
          if (v != "none") bad("auth", v, "'none'");
          c.auth_none = true;
        }},
+      {"jwt-secret", "SECRET", "HS256 secret that signs the clients' tokens (?token= or cookie wspush_token)",
+       [](const config&) { return std::string("(unset)"); },
+       [](config& c, std::string_view v) {
+         if (v.empty()) throw config_error("--jwt-secret: the secret is empty");
+         c.jwt_secret = v;
+       }},
+      {"jwt-secret-file", "FILE", "read the HS256 secret from FILE (one trailing newline is ignored)",
+       [](const config&) { return std::string("(unset)"); },
+       [](config& c, std::string_view v) { c.jwt_secret = read_secret_file(std::string(v)); }},
       {"reuseport", "", "let several wspush processes share the listening port (SO_REUSEPORT)",
        [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
        [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},
@@ -158,6 +179,12 @@ config parse_config(int argc, char** argv) {
     }
     o->set(c, value);
   }
+  if (c.show_help) return c;
+  if (c.auth_none && !c.jwt_secret.empty())
+    throw config_error("--auth=none and a JWT secret contradict each other: give one of them");
+  if (!c.auth_none && c.jwt_secret.empty())
+    throw config_error("no token secret: give --jwt-secret or --jwt-secret-file (or WSPUSH_JWT_SECRET), "
+                       "or --auth=none to let anyone connect without a token");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());
   if (c.max_frame_bytes > c.max_message_bytes) c.max_frame_bytes = c.max_message_bytes;
   return c;

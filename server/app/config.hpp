@@ -19,6 +19,7 @@ struct config {
   io_kind io = io_kind::uring;
   unsigned threads = 0;  // 0: one per core
   bool auth_none = false;
+  std::string jwt_secret;       // from --jwt-secret, or read from --jwt-secret-file
   bool reuseport = false;
   std::uint32_t max_connections = 0;  // 0: bounded only by open files
   std::uint32_t max_request_bytes = 8192;

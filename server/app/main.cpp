@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <latch>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -48,7 +49,10 @@ void log_startup(const config& cfg, const nofile_limits& nf) {
 #ifdef WSPUSH_MIMALLOC
   log(log_level::info, "allocator: mimalloc %d", mi_version());
 #endif
-  if (cfg.auth_none) log(log_level::info, "auth: none");
+  if (cfg.auth_none)
+    log(log_level::warn, "auth: NONE (--auth=none): anyone who can reach the port may connect without a token");
+  else
+    log(log_level::info, "auth: HS256 tokens (?token= or cookie wspush_token)");
 }
 
 int wait_for_signal() {
@@ -95,8 +99,11 @@ int run(const config& cfg) {
   po.queue_capacity = cfg.pool_queue;
   wspush::pool::task_pool tasks(po);
   wspush::pool::buffer_pool buffers;
+  std::optional<wspush::proto::jwt_verifier> tokens;
+  if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
   shard_group group;
   group.cfg = &cfg;
+  group.tokens = tokens ? &*tokens : nullptr;
   group.tasks = &tasks;
   group.buffers = &buffers;
   std::vector<std::unique_ptr<shard>> shards;

@@ -14,6 +14,7 @@
 #include "pool/mpsc_queue.hpp"
 #include "pool/shared_frame.hpp"
 #include "pool/task_pool.hpp"
+#include "proto/jwt.hpp"
 #include "proto/ws_close.hpp"
 #include "proto/ws_frame.hpp"
 #include "proto/ws_reader.hpp"
@@ -30,6 +31,7 @@ class shard;
 /// the process-wide connection count and the shutdown flag.
 struct shard_group {
   const config* cfg = nullptr;
+  const proto::jwt_verifier* tokens = nullptr;  // null with --auth=none
   pool::task_pool* tasks = nullptr;
   pool::buffer_pool* buffers = nullptr;
   std::vector<shard*> shards;

@@ -5,6 +5,7 @@
 // this descends from did: new connections wait in the kernel's backlog, not in our memory.
 
 #include <cstring>
+#include <ctime>
 
 #include "proto/ws_handshake.hpp"
 #include "server/app/log.hpp"
@@ -16,13 +17,31 @@ namespace {
 
 constexpr std::uint32_t max_early_bytes = 64 * 1024;  // frames sent before our 101 arrives
 
-void run_upgrade_job(pool::buffer_pool& buffers, void* raw) noexcept {
+/// The token check: none with --auth=none, else a valid, unexpired HS256 token from the
+/// query or the cookie. False with j.status/j.reason set when the upgrade is refused.
+bool check_token(const proto::jwt_verifier* tokens, const proto::upgrade_request& req, upgrade_job& j) noexcept {
+  if (!tokens) return true;
+  if (req.token.empty()) {
+    j.status = 401, j.reason = "missing token (?token= or cookie wspush_token)";
+    return false;
+  }
+  char storage[proto::jwt_claims_storage_bytes];
+  proto::jwt_claims claims;
+  auto r = tokens->verify(req.token, std::int64_t(std::time(nullptr)), storage, claims);
+  if (r.ok()) return true;
+  j.status = 401, j.reason = r.message;  // static text
+  return false;
+}
+
+/// Runs on a pool worker: the request's costly part (token signature, SHA-1 of the key),
+/// then back to the owning shard. Touches nothing but the job block.
+void run_upgrade_job(pool::buffer_pool& buffers, const proto::jwt_verifier* tokens, void* raw) noexcept {
   pool::lease l = pool::lease::from_raw(raw);
   upgrade_job& j = *block_as<upgrade_job>(l);
   proto::upgrade_request req;
   proto::upgrade_parser p;
   auto r = p.parse({reinterpret_cast<const char*>(j.bytes()), j.len}, req);
-  if (r.outcome == proto::upgrade_outcome::websocket) {
+  if (r.outcome == proto::upgrade_outcome::websocket && check_token(tokens, req, j)) {
     pool::lease resp = buffers.acquire(256);
     std::size_t n = resp ? proto::encode_switching_protocols(
                                req.key, {reinterpret_cast<char*>(resp.data()), resp.capacity()})
@@ -30,7 +49,7 @@ void run_upgrade_job(pool::buffer_pool& buffers, void* raw) noexcept {
     if (n) {
       resp.set_size(n);
       j.response = pool::frame_ref::adopt(std::move(resp)).release_raw();
-      j.ok = true;
+      j.status = 101;
     }
   }
   j.owner->post({inbox_item::upgrade_done, l.release_raw()});
@@ -83,7 +102,8 @@ void shard::upgrade_dispatch(std::uint32_t i) noexcept {
 
 bool shard::schedule_upgrade(void* raw) noexcept {
   pool::buffer_pool* buffers = _g.buffers;
-  return _g.tasks->try_schedule([buffers, raw] { run_upgrade_job(*buffers, raw); });
+  const proto::jwt_verifier* tokens = _g.tokens;
+  return _g.tasks->try_schedule([buffers, tokens, raw] { run_upgrade_job(*buffers, tokens, raw); });
 }
 
 void shard::retry_upgrades() noexcept {
@@ -100,10 +120,7 @@ void shard::upgrade_done(void* raw) noexcept {
   std::uint32_t i = lookup(j.token);
   if (i == no_index || _conns.at(i).state != conn_state::upgrade_pending) return;  // closed meanwhile
   connection& c = _conns.at(i);
-  if (!j.ok) {
-    ++_n.upgrades_failed;
-    return answer_http(i, 500, "internal error\n");
-  }
+  if (j.status != 101) return answer_http(i, j.status, j.status == 500 ? "internal error\n" : j.reason);
   ++_n.upgrades_ok;
   c.last_rx = _wheel.now();
   _wheel.arm(i, ticks_for(_cfg.ping_interval));  // keepalive from here on

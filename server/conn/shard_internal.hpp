@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <span>
+#include <string_view>
 
 #include "pool/lease.hpp"
 #include "proto/http_upgrade.hpp"
@@ -26,7 +27,8 @@ struct upgrade_job {
   std::uint32_t len = 0;       // request bytes (and any frame bytes right behind them)
   std::uint32_t consumed = 0;  // end of the request, set once parsed
   void* response = nullptr;    // a frame_ref released to a raw pointer by the worker
-  bool ok = false;
+  std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
+  std::string_view reason;     // static text for the error body
   std::uint8_t* bytes() noexcept { return reinterpret_cast<std::uint8_t*>(this + 1); }
 };
 

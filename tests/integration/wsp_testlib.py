@@ -67,8 +67,9 @@ class ServerProcess:
     """
 
     def __init__(self, binary: str, io: str = "epoll", mode: str = "echo", extra=(), env=None,
-                 allow_fallback: bool = False, quiet: bool = True):
+                 allow_fallback: bool = False, quiet: bool = True, jwt_secret: Optional[str] = None):
         self.binary = binary
+        self.jwt_secret = jwt_secret  # None: --auth=none; "": the caller passes auth options in `extra`
         self.io = io
         self.mode = mode
         self.extra = [str(x) for x in extra]
@@ -89,8 +90,9 @@ class ServerProcess:
         cmd = [self.binary]
         if self.binary.endswith(".py"):
             cmd = [sys.executable, self.binary]
-        return cmd + ["--listen", "127.0.0.1:0", f"--mode={self.mode}", f"--io={self.io}",
-                      "--auth=none", *self.extra]
+        auth = (["--auth=none"] if self.jwt_secret is None else
+                ["--jwt-secret", self.jwt_secret] if self.jwt_secret else [])
+        return cmd + ["--listen", "127.0.0.1:0", f"--mode={self.mode}", f"--io={self.io}", *auth, *self.extra]
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         # Options also come from WSPUSH_* variables: only the test's own may reach the server.

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -9,10 +10,15 @@
 using namespace wspush::server;
 
 namespace {
-config parse(std::vector<std::string> args) {
+config parse_raw(std::vector<std::string> args) {
   std::vector<char*> argv{const_cast<char*>("wspush")};
   for (auto& a : args) argv.push_back(a.data());
   return parse_config(int(argv.size()), argv.data());
+}
+// Most cases are about other options: run them without auth.
+config parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "--auth=none");
+  return parse_raw(std::move(args));
 }
 }  // namespace
 
@@ -56,4 +62,21 @@ TEST_CASE("config: --help lists every option with its default") {
     CHECK_THAT(h, Catch::Contains(opt));
   CHECK_THAT(h, Catch::Contains("[default: 0.0.0.0:8080]"));
   CHECK(parse({"--help"}).show_help);
+}
+
+TEST_CASE("config: a token secret is required unless --auth=none says otherwise") {
+  CHECK_THROWS_WITH(parse_raw({}), Catch::Contains("no token secret"));
+  CHECK(parse_raw({"--jwt-secret", "s3cret"}).jwt_secret == "s3cret");
+  CHECK(parse_raw({"--auth=none"}).auth_none);
+  CHECK_THROWS_WITH(parse_raw({"--auth=none", "--jwt-secret=x"}), Catch::Contains("contradict"));
+  CHECK_THROWS_WITH(parse_raw({"--jwt-secret="}), Catch::Contains("empty"));
+  CHECK_THROWS_WITH(parse_raw({"--jwt-secret-file", "/nonexistent/secret"}), Catch::Contains("cannot read"));
+  char path[] = "/tmp/wspush-secret-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, "from-a-file\n", 12) == 12);
+  close(fd);
+  CHECK(parse_raw({"--jwt-secret-file", path}).jwt_secret == "from-a-file");
+  unlink(path);
+  CHECK(parse_raw({"--help"}).show_help);  // --help works without a secret
 }
