@@ -341,3 +341,28 @@ TEST_CASE("admin server: start fails loudly on a taken port, stop is idempotent"
   f.server->stop();
   CHECK(http_client(f.port()).fd < 0);  // nothing listens any more
 }
+
+TEST_CASE("admin server: a client that pipelines and never reads is cut off", "[admin]") {
+  admin_options o;
+  o.max_body_bytes = 1024;
+  o.request_timeout = 0.5;
+  fixture f(o);
+  http_client c(f.port());
+  timeval tv{10, 0};
+  ::setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  // ~4 MB of requests whose answers (~1 KB of metrics each) the client does not read: the
+  // server stops reading past 256 KiB of waiting output, then closes when its input bound
+  // (head + body limits + 64 KiB) is passed or the output stalls for request_timeout.
+  const std::string one = "GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n";
+  std::string many;
+  for (int i = 0; i < 4000; ++i) many += one;
+  int sent = 0;
+  while (sent < 1000 && c.send(many)) ++sent;
+  CHECK(sent < 1000);
+  int answered = 0;
+  while (c.read_response().status == 200) ++answered;
+  CHECK(answered < sent * 4000 + 4000);
+  CHECK_FALSE(c.timed_out);  // the server closed the connection: nothing waited for the safety timeout
+  http_client other(f.port());
+  CHECK(other.request("GET", "/healthz").status == 200);
+}

@@ -64,6 +64,7 @@ struct http_response {
 struct http_client {
   int fd = -1;
   std::string in;
+  bool timed_out = false;  // a send or receive gave up after the safety timeout
 
   explicit http_client(std::uint16_t port) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -88,7 +89,7 @@ struct http_client {
   bool send(std::string_view s) {
     while (!s.empty()) {
       const ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
+      if (n <= 0) return timed_out |= n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), false;
       s.remove_prefix(static_cast<std::size_t>(n));
     }
     return true;
@@ -98,7 +99,7 @@ struct http_client {
   bool fill() {
     char buf[65536];
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return false;
+    if (n <= 0) return timed_out |= n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), false;
     in.append(buf, static_cast<std::size_t>(n));
     return true;
   }
