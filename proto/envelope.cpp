@@ -229,11 +229,13 @@ envelope_result check_op(std::string_view op, unsigned seen, envelope& out) noex
   if (!(seen & f_op)) return fail(client_error::bad_request, "op missing");
   if (op == "pub") {
     out.op = client_op::pub;
+    out.topic_count = out.since_count = 0;  // fields of other ops: checked, then ignored
     const bool complete = (seen & (f_topic | f_data)) == (f_topic | f_data);
     return complete ? k_ok : fail(client_error::bad_request, "pub needs topic and data");
   }
   if (op != "sub" && op != "unsub") return fail(client_error::unknown_op, "unknown op");
   out.op = op == "sub" ? client_op::sub : client_op::unsub;
+  out.topic = out.data = {};
   if (!(seen & f_topics)) return fail(client_error::bad_request, "topics missing");
   if (out.op == client_op::unsub) out.since_count = 0;  // meaningless there: ignored
   for (std::size_t i = 0; i < out.since_count; ++i) {
@@ -399,6 +401,9 @@ envelope_result envelope_parser::parse(std::string_view message, std::size_t rea
   std::size_t capacity = readable;
   if (readable < message.size() + simdjson::SIMDJSON_PADDING) {
     if (!message.empty()) std::memcpy(_impl->copy.get(), message.data(), message.size());
+    // simdjson looks at the first padding byte (a `}` there makes it check bracket balance):
+    // not a stale byte of an earlier message, so the same message always gets the same answer.
+    _impl->copy[message.size()] = ' ';
     message = {_impl->copy.get(), message.size()};
     capacity = _max + simdjson::SIMDJSON_PADDING;
   }

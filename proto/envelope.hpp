@@ -110,7 +110,10 @@ class envelope_parser {
   /// topic → id string (1..max_id_bytes) whose topics are among `topics`; pub needs `topic` and
   /// `data` (any JSON value, nested at most max_data_depth). Known fields must have the right
   /// type whatever the op (a pub with `"topics":5` is bad_request) and appear once; unknown
-  /// fields are ignored but must be valid JSON.
+  /// fields are ignored but must be valid JSON. The first problem met reading front to back is
+  /// the one reported: a message that is not JSON is refused, as bad_json or, when a problem
+  /// of the request shows before the JSON breaks, as that problem (which one can depend on the
+  /// byte after the message: simdjson checks bracket balance up front only when it is `}`).
   envelope_result parse(std::string_view message, std::size_t readable, envelope& out) noexcept;
 
   std::size_t max_message_bytes() const noexcept { return _max; }

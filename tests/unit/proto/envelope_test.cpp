@@ -106,6 +106,17 @@ TEST_CASE("envelope: pub data byte for byte", "[envelope]") {
   }
 }
 
+TEST_CASE("envelope: fields of another op are checked, then ignored", "[envelope]") {
+  fixture f;
+  REQUIRE(f.parse(R"({"op":"pub","topic":"t","data":1,"topics":["a"],"since":{"a":"1"}})").ok());
+  CHECK(f.env.topics().empty());
+  CHECK(f.env.since().empty());
+  REQUIRE(f.parse(R"({"op":"sub","topics":["a"],"topic":"t","data":{"x":1}})").ok());
+  CHECK(f.env.topic.empty());
+  CHECK(f.env.data.empty());
+  CHECK(f.error_of(R"({"op":"pub","topic":"t","data":1,"since":{"a":1}})") == client_error::bad_request);
+}
+
 TEST_CASE("envelope: strings written with escapes are unescaped", "[envelope]") {
   fixture f;
   REQUIRE(f.parse(R"({"\u006fp":"s\u0075b","topics":["mailbox:\u0034\u0032"],"since":{"mailbox:\u00342":"a\"b"}})").ok());
