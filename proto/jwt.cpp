@@ -27,6 +27,7 @@ constexpr std::size_t max_header_b64 = 512;  // `{"alg":"HS256","typ":"JWT","kid
 constexpr std::size_t max_header_bytes = max_header_b64 / 4 * 3;
 constexpr std::size_t mac_b64_size = 43;     // 32 bytes, unpadded
 constexpr std::string_view k_header_b64 = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";  // {"alg":"HS256","typ":"JWT"}
+constexpr std::string_view k_header_alg_only_b64 = "eyJhbGciOiJIUzI1NiJ9";        // {"alg":"HS256"}
 
 constexpr char k_b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -276,7 +277,13 @@ jwt_result jwt_verifier::verify(std::string_view token, std::int64_t now, std::s
   const std::ptrdiff_t sn = b64url_decode(token.substr(d2 + 1), mac_wire);
   if (hn < 0 || pn < 0 || sn < 0) return malformed;
 
-  if (const jwt_result r = check_header({header, std::size_t(hn)}, sizeof header); !r.ok()) return r;
+  // What stock JWT libraries send, `{"alg":"HS256","typ":"JWT"}` or `{"alg":"HS256"}`, is
+  // recognised by its encoding; anything else is read as JSON.
+  const std::string_view header_b64 = token.substr(0, d1);
+  const bool usual = header_b64 == k_header_b64 || header_b64 == k_header_alg_only_b64;
+  if (!usual) {
+    if (const jwt_result r = check_header({header, std::size_t(hn)}, sizeof header); !r.ok()) return r;
+  }
   unsigned char mac[32];
   sign(token.substr(0, d2), mac);
   const bool same = sn == sizeof mac && CRYPTO_memcmp(mac, mac_wire, sizeof mac) == 0;
