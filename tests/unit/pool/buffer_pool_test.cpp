@@ -7,14 +7,14 @@
 #include <thread>
 #include <vector>
 
-#include "counting_alloc.hpp"
+#include "tests/support/counting_alloc.hpp"
 #include "pool/mpsc_queue.hpp"
 #include "pool/shared_frame.hpp"
 
 using wspush::pool::buffer_pool;
 using wspush::pool::frame_ref;
 using wspush::pool::lease;
-using wspush::pool::test::allocation_count;
+using wspush::test::allocation_count;
 
 static_assert(sizeof(lease) == sizeof(void*));
 static_assert(sizeof(frame_ref) == sizeof(void*));

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "await.hpp"
-#include "counting_alloc.hpp"
+#include "tests/support/counting_alloc.hpp"
 
 using namespace std::chrono_literals;
 using wspush::pool::pool_stats;
 using wspush::pool::shutdown_mode;
 using wspush::pool::task_pool;
 using wspush::pool::task_pool_options;
-using wspush::pool::test::allocation_count;
+using wspush::test::allocation_count;
 using wspush::pool::test::eventually;
 
 namespace {

@@ -1,5 +1,5 @@
-// Proves the hot protocol paths allocate nothing: this binary replaces the global operator
-// new/delete with counting versions, and each test counts around the calls alone.
+// Proves the hot protocol paths allocate nothing: this binary links the counting global
+// operator new (tests/support/counting_alloc), and each test counts around the calls alone.
 
 #include <catch2/catch.hpp>
 
@@ -14,33 +14,6 @@
 #include "proto/ws_handshake.hpp"
 #include "proto/ws_reader.hpp"
 #include "test_support.hpp"
-
-namespace {
-thread_local std::size_t t_allocations = 0;
-
-void* counted_alloc(std::size_t size) {
-  ++t_allocations;
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size); }
-void* operator new[](std::size_t size) { return counted_alloc(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  ++t_allocations;
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  ++t_allocations;
-  return std::malloc(size == 0 ? 1 : size);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-
-std::size_t wspush::test::allocation_count() noexcept { return t_allocations; }
 
 using namespace wspush::proto;
 using wspush::test::allocation_count;

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "tests/support/counting_alloc.hpp"  // allocation_count(): the binary links wspush_counting_alloc
 
 namespace wspush::test {
 
@@ -30,8 +31,5 @@ inline std::vector<std::uint8_t> to_bytes(std::string_view s) {
 inline std::string to_string(const std::vector<std::uint8_t>& b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
-
-/// Number of global operator new calls so far in this thread (no_alloc_test.cpp replaces them).
-std::size_t allocation_count() noexcept;
 
 }  // namespace wspush::test

@@ -13,40 +13,16 @@
 #include "proto/http_request.hpp"
 #include "server/admin/admin_api.hpp"
 #include "server/admin/metrics.hpp"
-
-namespace {
-thread_local std::size_t t_allocations = 0;
-
-void* counted_alloc(std::size_t size) {
-  ++t_allocations;
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size); }
-void* operator new[](std::size_t size) { return counted_alloc(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  ++t_allocations;
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  ++t_allocations;
-  return std::malloc(size == 0 ? 1 : size);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/support/counting_alloc.hpp"
 
 using namespace wspush;
 using namespace wspush::server;
 
 TEST_CASE("admin alloc: the counter counts", "[admin_alloc]") {
-  const std::size_t before = t_allocations;
+  const std::size_t before = wspush::test::thread_allocation_count();
   void* volatile p = ::operator new(16);
   ::operator delete(p);
-  CHECK(t_allocations - before == 1);
+  CHECK(wspush::test::thread_allocation_count() - before == 1);
 }
 
 TEST_CASE("admin alloc: request parser, whole and byte by byte", "[admin_alloc]") {
@@ -54,14 +30,14 @@ TEST_CASE("admin alloc: request parser, whole and byte by byte", "[admin_alloc]"
       "POST /publish HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer k\r\nContent-Length: 31\r\n\r\n"
       "{\"topic\":\"mailbox:1\",\"data\":{}}";
   proto::http_request req;
-  const std::size_t before = t_allocations;
+  const std::size_t before = wspush::test::thread_allocation_count();
   proto::http_request_parser whole;
   const auto r = whole.parse(request, req);
   proto::http_request_parser bytewise;
   for (std::size_t i = 1; i <= request.size(); ++i) bytewise.parse(std::string_view(request).substr(0, i), req);
   proto::http_request_parser bad;
   bad.parse("GET / HTTP/1.1\r\nHost h\r\n\r\n", req);
-  const std::size_t during = t_allocations - before;
+  const std::size_t during = wspush::test::thread_allocation_count() - before;
   CHECK(r.status == proto::parse_status::done);
   CHECK(during == 0);
 }
@@ -72,13 +48,13 @@ TEST_CASE("admin alloc: counter, gauge and histogram updates", "[admin_alloc]") 
   gauge& g = reg.add_gauge("g", "g");
   const double bounds[] = {0.001, 0.01, 0.1};
   histogram& h = reg.add_histogram("h", bounds, "h");
-  const std::size_t before = t_allocations;
+  const std::size_t before = wspush::test::thread_allocation_count();
   for (int i = 0; i < 1000; ++i) {
     c.inc();
     g.add(1);
     h.observe(i * 1e-4);
   }
-  CHECK(t_allocations - before == 0);
+  CHECK(wspush::test::thread_allocation_count() - before == 0);
   CHECK(c.value() == 1000);
 }
 
@@ -109,12 +85,12 @@ TEST_CASE("admin alloc: a warm publish through admin_api", "[admin_alloc]") {
   std::string out;
   out.reserve(4096);
   for (int i = 0; i < 3; ++i) api.respond(req, readable, out), out.clear();  // warm up the parsers
-  const std::size_t before = t_allocations;
+  const std::size_t before = wspush::test::thread_allocation_count();
   for (int i = 0; i < 10; ++i) {
     api.respond(req, readable, out);
     out.clear();
   }
-  const std::size_t during = t_allocations - before;
+  const std::size_t during = wspush::test::thread_allocation_count() - before;
   CHECK(during == 0);
   CHECK(sink.calls == 13);
   CHECK(sink.last_data == 16);

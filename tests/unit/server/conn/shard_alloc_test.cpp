@@ -1,8 +1,8 @@
 // Proves the steady-state paths of a shard allocate nothing: echoing messages, answering
-// pings, and accepting, upgrading and closing connections, on both io backends. The test
-// binary counts every global operator new (the buffer pool, the slab and every std::
-// container get their memory through it); a real shard runs on its own thread and a raw
-// socket client drives it.
+// pings, and accepting, upgrading and closing connections, on both io backends. The binary
+// links the counting global operator new (tests/support/counting_alloc: the buffer pool, the
+// slab and every std:: container get their memory through it), counted on every thread; a
+// real shard runs on its own thread and a raw socket client drives it.
 
 #include <catch2/catch.hpp>
 
@@ -24,39 +24,7 @@
 #include "proto/ws_frame.hpp"
 #include "server/conn/shard.hpp"
 #include "server/net/socket_ops.hpp"
-
-namespace {
-std::atomic<std::uint64_t> g_allocs{0};
-}
-
-void* operator new(std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::aligned_alloc(std::size_t(a), (n + std::size_t(a) - 1) / std::size_t(a) * std::size_t(a))) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  return std::aligned_alloc(std::size_t(a), (n + std::size_t(a) - 1) / std::size_t(a) * std::size_t(a));
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/support/counting_alloc.hpp"
 
 using namespace wspush;
 using namespace wspush::server;
@@ -202,7 +170,7 @@ bool connect_round(std::uint16_t port, int n) {
 }
 
 void check_backend(io_kind io) {
-  const std::uint64_t at_start = g_allocs.load();
+  const std::uint64_t at_start = wspush::test::allocation_count();
   std::unique_ptr<running_shard> rs;
   try {
     rs = std::make_unique<running_shard>(io);
@@ -214,13 +182,13 @@ void check_backend(io_kind io) {
   REQUIRE(c.connect_to(rs->port));
   REQUIRE(echo_round(c, 2000, 100));  // warm-up: pool classes cached, vectors grown
   REQUIRE(connect_round(rs->port, 200));
-  REQUIRE(g_allocs.load() > at_start);  // the counter sees the shard's allocations
+  REQUIRE(wspush::test::allocation_count() > at_start);  // the counter sees the shard's allocations
 
-  std::uint64_t before = g_allocs.load();
+  std::uint64_t before = wspush::test::allocation_count();
   bool echoed = echo_round(c, 10000, 100);
-  std::uint64_t after_echo = g_allocs.load();
+  std::uint64_t after_echo = wspush::test::allocation_count();
   bool reconnected = connect_round(rs->port, 200);
-  std::uint64_t after_connects = g_allocs.load();
+  std::uint64_t after_connects = wspush::test::allocation_count();
   c.close_fd();
   CHECK(echoed);
   CHECK(reconnected);

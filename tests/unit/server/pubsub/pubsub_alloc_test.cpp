@@ -14,31 +14,7 @@
 #include "pool/buffer_pool.hpp"
 #include "server/pubsub/history.hpp"
 #include "server/pubsub/topic_registry.hpp"
-
-namespace {
-thread_local std::size_t t_allocations = 0;
-
-void* counted_alloc(std::size_t size) {
-  ++t_allocations;
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size); }
-void* operator new[](std::size_t size) { return counted_alloc(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  ++t_allocations;
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  ++t_allocations;
-  return std::malloc(size == 0 ? 1 : size);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/support/counting_alloc.hpp"
 
 using namespace wspush;
 using namespace wspush::server::pubsub;
@@ -62,11 +38,11 @@ TEST_CASE("registry: subscribe and unsubscribe allocate nothing in steady state"
     return sum;
   };
   cycle();  // warm-up: long names of the churn topics are allocated each time (see below)
-  std::size_t before = t_allocations;
+  std::size_t before = wspush::test::thread_allocation_count();
   for (int i = 0; i < 5; ++i) cycle();
   // Names over 30 bytes are the one allocation a new topic makes (100 per cycle here);
   // everything else is recycled.
-  CHECK(t_allocations - before == 5 * 100);
+  CHECK(wspush::test::thread_allocation_count() - before == 5 * 100);
 }
 
 TEST_CASE("history: appends at the size limit and replays allocate nothing") {
@@ -85,12 +61,12 @@ TEST_CASE("history: appends at the size limit and replays allocate nothing") {
     });
   };
   for (int i = 0; i < 16; ++i) REQUIRE(append("mailbox:1").ok);  // entries and the pool warm
-  std::size_t before = t_allocations;
+  std::size_t before = wspush::test::thread_allocation_count();
   std::size_t replayed = 0;
   for (int i = 0; i < 100; ++i) {
     REQUIRE(append("mailbox:1").ok);
     h.replay("mailbox:1", "e1:0", UINT64_MAX, 0, [&](std::uint64_t, const pool::frame_ref&) { ++replayed; });
   }
-  CHECK(t_allocations == before);
+  CHECK(wspush::test::thread_allocation_count() == before);
   CHECK(replayed == 100 * 8);
 }

@@ -1,4 +1,4 @@
-#include "counting_alloc.hpp"
+#include "tests/support/counting_alloc.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -8,14 +8,20 @@
 namespace {
 
 std::atomic<std::uint64_t> g_allocations{0};
+thread_local std::uint64_t t_allocations = 0;
+
+void count() noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  ++t_allocations;
+}
 
 void* counted_alloc(std::size_t n) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  count();
   return std::malloc(n == 0 ? 1 : n);
 }
 
 void* counted_aligned_alloc(std::size_t n, std::align_val_t al) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  count();
   std::size_t align = std::max(static_cast<std::size_t>(al), sizeof(void*));
   void* p = nullptr;
   if (posix_memalign(&p, align, n == 0 ? 1 : n) != 0) return nullptr;
@@ -29,9 +35,10 @@ void* or_throw(void* p) {
 
 }  // namespace
 
-namespace wspush::pool::test {
+namespace wspush::test {
 std::uint64_t allocation_count() noexcept { return g_allocations.load(std::memory_order_relaxed); }
-}  // namespace wspush::pool::test
+std::uint64_t thread_allocation_count() noexcept { return t_allocations; }
+}  // namespace wspush::test
 
 // Every replaceable form, so no allocation escapes the count and every delete matches.
 void* operator new(std::size_t n) { return or_throw(counted_alloc(n)); }
