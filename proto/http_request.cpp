@@ -1,5 +1,7 @@
 #include "proto/http_request.hpp"
 
+#include "proto/detail/http_grammar.hpp"
+
 // Shape: a resumable byte scan finds the end of the head (and rejects a bare LF or garbage at
 // once, so a hostile client cannot keep us waiting for a blank line that never comes); the
 // complete head is then parsed line by line in one go, and the body is a length check.
@@ -13,61 +15,14 @@ constexpr http_request_result fail(std::uint16_t status, std::string_view reason
   return {parse_status::error, status, 0, reason};
 }
 
-/// s.substr(pos, len) for positions known to be in range: no check, no throw path.
-inline std::string_view slice(std::string_view s, std::size_t pos, std::size_t len) noexcept {
-  return {s.data() + pos, len};
-}
-
-constexpr std::array<bool, 256> make_tchar_table() noexcept {
-  std::array<bool, 256> t{};
-  for (unsigned c = 0; c < 256; ++c)
-    t[c] = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) t[c] = true;
-  return t;
-}
-constexpr std::array<bool, 256> k_tchar = make_tchar_table();
-
-constexpr bool is_tchar(unsigned char c) noexcept { return k_tchar[c]; }
-
-bool is_token(std::string_view s) noexcept {
-  if (s.empty()) return false;
-  for (unsigned char c : s)
-    if (!is_tchar(c)) return false;
-  return true;
-}
-
-/// field-content: no control character but HTAB, no DEL (RFC 9110 §5.5).
-bool is_field_value(std::string_view s) noexcept {
-  for (unsigned char c : s)
-    if ((c < 0x20 && c != '\t') || c == 0x7F) return false;
-  return true;
-}
+using detail::iequals;
+using detail::is_field_value;
+using detail::is_token;
+using detail::slice;
+using detail::trim_ows;
 
 /// origin-form: starts with '/', no control character, space or DEL.
-bool is_target(std::string_view s) noexcept {
-  if (s.empty() || s.front() != '/') return false;
-  for (unsigned char c : s)
-    if (c <= 0x20 || c == 0x7F) return false;
-  return true;
-}
-
-constexpr bool is_ows(char c) noexcept { return c == ' ' || c == '\t'; }
-
-std::string_view trim_ows(std::string_view s) noexcept {
-  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-constexpr char lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
-
-/// ASCII case-insensitive equality; `low` is lower case.
-bool iequals(std::string_view s, std::string_view low) noexcept {
-  if (s.size() != low.size()) return false;
-  for (std::size_t i = 0; i < s.size(); ++i)
-    if (lower(s[i]) != low[i]) return false;
-  return true;
-}
+inline bool is_target(std::string_view s) noexcept { return detail::is_origin_form(s); }
 
 /// True if the comma-separated list `value` holds `token` (case-insensitive, OWS around items).
 bool list_has(std::string_view value, std::string_view token) noexcept {
@@ -95,18 +50,6 @@ std::size_t leading_empty_lines(std::string_view b, bool& need_more) noexcept {
   return at;
 }
 
-/// Cheap early verdict on garbage (binary noise, TLS on the plain port): a request starts with
-/// a short token and a space. Only the first 24 bytes are looked at.
-bool plausible_start(std::string_view b) noexcept {
-  constexpr std::size_t max_method = 24;
-  const std::size_t n = b.size() < max_method ? b.size() : max_method;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(b[i]);
-    if (c == ' ') return i != 0;
-    if (!is_tchar(c)) return false;
-  }
-  return n < max_method;
-}
 
 // ---- the head -------------------------------------------------------------------------------
 
@@ -176,7 +119,7 @@ void note_header(std::string_view name, std::string_view value, http_request& ou
 
 /// `name: OWS value OWS` without its CRLF.
 http_request_result parse_header_line(std::string_view line, http_request& out, head_facts& f) noexcept {
-  if (is_ows(line.front())) return fail(400, "obsolete line folding");
+  if (detail::is_ows(line.front())) return fail(400, "obsolete line folding");
   const std::size_t colon = line.find(':');
   if (colon == std::string_view::npos) return fail(400, "header line without colon");
   const std::string_view name = line.substr(0, colon);
@@ -222,11 +165,7 @@ http_request_result parse_head(std::string_view head, const http_request_limits&
 
 std::string_view http_request::header(std::string_view name) const noexcept {
   for (std::size_t i = 0; i < header_count; ++i)
-    if (headers[i].name.size() == name.size()) {
-      bool same = true;
-      for (std::size_t k = 0; k < name.size() && same; ++k) same = lower(headers[i].name[k]) == lower(name[k]);
-      if (same) return headers[i].value;
-    }
+    if (detail::iequals_any(headers[i].name, name)) return headers[i].value;
   return {};
 }
 
@@ -236,7 +175,7 @@ http_request_result http_request_parser::parse(std::string_view bytes, http_requ
   if (lone_cr) return start >= _limits.max_head_bytes ? fail(431, "request header fields too large") : k_need_more;
   const std::string_view rest = slice(bytes, start, bytes.size() - start);
   if (_head_size == 0) {
-    if (!plausible_start(rest)) return fail(400, "malformed request line");
+    if (!detail::plausible_request_start(rest)) return fail(400, "malformed request line");
     const std::size_t limit = bytes.size() < _limits.max_head_bytes ? bytes.size() : _limits.max_head_bytes;
     const std::string_view window = slice(bytes, 0, limit);
     for (std::size_t i = window.find('\n', _scanned > start ? _scanned : start); i != std::string_view::npos;

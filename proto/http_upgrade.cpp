@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 
+#include "proto/detail/http_grammar.hpp"
 #include "proto/detail/http_scan.hpp"
 
 // Shape: a resumable LF scan (find_end) for requests that arrive in pieces, and one walk over
@@ -78,27 +79,16 @@ upgrade_result fail(fault f) noexcept {
 
 constexpr upgrade_result k_need_more{upgrade_outcome::need_more, 0, 0, {}};
 
-/// s.substr(pos, len) for positions known to be in range: no check, no throw path.
-inline std::string_view slice(std::string_view s, std::size_t pos, std::size_t len) noexcept {
-  return {s.data() + pos, len};
-}
+using detail::iequals;
+using detail::is_field_value;
+using detail::is_ows;
+using detail::is_target_chars;
+using detail::slice;
+using detail::trim_ows;
 
-// ---- character classes ----------------------------------------------------------------------
+// ---- character classes (shared ones: detail/http_grammar.hpp) -------------------------------
 
-constexpr std::array<bool, 256> make_table(std::string_view extra, bool alnum) noexcept {
-  std::array<bool, 256> t{};
-  for (unsigned c = 0; alnum && c < 256; ++c)
-    t[c] = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  for (unsigned char c : extra) t[c] = true;
-  return t;
-}
-constexpr std::array<bool, 256> k_tchar = make_table("!#$%&'*+-.^_`|~", true);
-
-bool is_token_slow(std::string_view s) noexcept {
-  for (unsigned char c : s)
-    if (!k_tchar[c]) return false;
-  return true;
-}
+inline bool is_token_slow(std::string_view s) noexcept { return detail::all_tchar(s); }
 
 /// Non-empty and only tchar. `readable` bytes from s.data() may be read: with 16 of them, a
 /// name of letters, digits and '-' (nearly every one) is checked with one vector compare.
@@ -117,49 +107,6 @@ bool is_token(std::string_view s, std::size_t readable) noexcept {
   return true;
 }
 
-/// No byte ≤ 0x20 (control characters and spaces) and no DEL: a request target.
-bool is_target_chars(std::string_view s) noexcept {
-  const std::size_t n = s.size();
-  if (n >= 8) {
-    for (std::size_t i = 0; i + 8 < n; i += 8)
-      if (detail::any_ctl_or_space(detail::load64(s.data() + i))) return false;
-    return !detail::any_ctl_or_space(detail::load64(s.data() + n - 8));
-  }
-  for (unsigned char c : s)
-    if (c <= 0x20 || c == 0x7F) return false;
-  return true;
-}
-
-bool is_field_value_slow(std::string_view s) noexcept {
-  for (unsigned char c : s)
-    if ((c < 0x20 && c != '\t') || c == 0x7F) return false;
-  return true;
-}
-
-/// field-content: no control character but HTAB, no DEL (RFC 9110 §5.5). A word at a time;
-/// a word with a suspect byte (a tab, or a real fault) is looked at byte by byte.
-bool is_field_value(std::string_view s) noexcept {
-  const std::size_t n = s.size();
-  if (n < 8) return is_field_value_slow(s);
-  const auto word_ok = [&](std::size_t i) {
-    return !detail::any_ctl_or_del(detail::load64(s.data() + i)) || is_field_value_slow(s.substr(i, 8));
-  };
-  for (std::size_t i = 0; i + 8 < n; i += 8)
-    if (!word_ok(i)) return false;
-  return word_ok(n - 8);
-}
-
-/// ASCII case-insensitive equality; `lower` is already lower case.
-bool iequals(std::string_view s, std::string_view lower) noexcept {
-  if (s.size() != lower.size()) return false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 'A' && c <= 'Z') c += 'a' - 'A';
-    if (c != static_cast<unsigned char>(lower[i])) return false;
-  }
-  return true;
-}
-
 /// `name` has lower's size (the caller switched on it). A name that matches is a token.
 inline bool iequals_name(std::string_view name, std::string_view lower) noexcept {
   return detail::iequals_folded(name.data(), lower);
@@ -168,15 +115,6 @@ inline bool iequals_name(std::string_view name, std::string_view lower) noexcept
 /// The same for "sec-websocket-*", whose dashes must be real ones (folding maps CR to '-').
 inline bool iequals_sec_name(std::string_view name, std::string_view lower) noexcept {
   return detail::iequals_folded(name.data(), lower) && name[3] == '-' && name[13] == '-';
-}
-
-constexpr bool is_ows(char c) noexcept { return c == ' ' || c == '\t'; }
-
-inline std::string_view trim_ows(std::string_view s) noexcept {
-  if (s.size() >= 2 && s[0] == ' ' && !is_ows(s[1]) && !is_ows(s.back())) return slice(s, 1, s.size() - 1);
-  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 /// Index of the first `c` in `s`, or s.size() (16 bytes at a time: no memchr call per item).
@@ -416,18 +354,6 @@ walk_result walk_head(std::string_view bytes, std::size_t limit, upgrade_request
   return {k_need_more, false};
 }
 
-/// Cheap early verdict on garbage (a TLS hello on the plain port, binary noise): the request
-/// must start with a short token followed by a space.
-bool plausible_method_prefix(std::string_view bytes) noexcept {
-  constexpr std::size_t max_method = 24;
-  const std::size_t n = bytes.size() < max_method ? bytes.size() : max_method;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    if (c == ' ') return i != 0;
-    if (!k_tchar[c]) return false;
-  }
-  return n < max_method;
-}
 
 }  // namespace
 
@@ -460,7 +386,7 @@ upgrade_parser::scan_result upgrade_parser::find_end(std::string_view bytes, std
 
 upgrade_result upgrade_parser::parse(std::string_view bytes, upgrade_request& out) noexcept {
   // The method check looks at the first 24 bytes only, so it is done once they were seen.
-  if (_scanned < 24 && !plausible_method_prefix(bytes)) return fail(fault::request_line);
+  if (_scanned < 24 && !detail::plausible_request_start(bytes)) return fail(fault::request_line);
   const std::size_t limit = bytes.size() < _max ? bytes.size() : _max;
   // Resumed: an earlier walk found no blank line in bytes[0, _scanned). A plain LF scan of the
   // new bytes decides whether walking the whole head again is worth it (once, at the end). On
