@@ -75,8 +75,11 @@ const std::vector<option>& options() {
   static const std::vector<option> opts = {
       {"listen", "ADDR:PORT", "public WebSocket listener (port 0: any free port)",
        [](const config& c) { return c.listen; }, [](config& c, std::string_view v) { c.listen = v; }},
-      {"admin-listen", "ADDR:PORT", "admin listener (publish API, metrics; arrives with pub/sub)",
+      {"admin-listen", "ADDR:PORT", "admin listener: /healthz, /readyz, /metrics, and the publish API (503 until pub/sub)",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
+      {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",
+       [](const config&) { return std::string("(unset)"); }, [](config& c, std::string_view v) { c.api_key = v; }},
+      {"max-body-bytes", "N", "largest admin request body; past it: HTTP 413", U32(max_body_bytes, 1024, 1u << 30)},
       {"mode", "echo|broadcast", "echo: every message back to its sender; broadcast: every text message to all",
        [](const config& c) { return std::string(mode_name(c.mode)); },
        [](config& c, std::string_view v) {

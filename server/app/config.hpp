@@ -15,6 +15,8 @@ enum class io_kind : std::uint8_t { uring, epoll };
 struct config {
   std::string listen = "0.0.0.0:8080";
   std::string admin_listen = "127.0.0.1:8081";
+  std::string api_key;                 // bearer key for the admin publish endpoints; empty: none
+  std::uint32_t max_body_bytes = 1u << 20;  // admin request bodies past it: 413
   app_mode mode = app_mode::broadcast;
   io_kind io = io_kind::uring;
   unsigned threads = 0;  // 0: one per core

@@ -17,7 +17,9 @@
 #include "pool/buffer_pool.hpp"
 #include "pool/task_pool.hpp"
 #include "server/app/config.hpp"
+#include "server/admin/admin_server.hpp"
 #include "server/app/log.hpp"
+#include "server/app/observability.hpp"
 #include "server/conn/shard.hpp"
 #include "server/net/socket_ops.hpp"
 
@@ -88,6 +90,14 @@ std::vector<shard_start> start_shards(std::vector<std::unique_ptr<shard>>& shard
   return starts;
 }
 
+admin_options admin_options_of(const config& cfg) {
+  admin_options o;
+  o.listen = cfg.admin_listen;
+  o.api_key = cfg.api_key;
+  o.max_body_bytes = cfg.max_body_bytes;
+  return o;
+}
+
 int run(const config& cfg) {
   nofile_limits nf = raise_nofile_limit();
   log_startup(cfg, nf);
@@ -114,16 +124,25 @@ int run(const config& cfg) {
   std::vector<shard_start> starts = start_shards(shards, threads);
   if (starts[0].fell_back) log(log_level::info, "io backend: epoll (fallback: %s)", starts[0].why.c_str());
   else log(log_level::info, "io backend: %s", shards[0]->backend_name());
+  metrics_registry metrics;
+  register_process_metrics(metrics, group.shards, tasks);
+  no_pubsub_sink sink;
+  admin_server admin(admin_options_of(cfg), sink, &metrics);
+  admin.start();
+  log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
   log(log_level::info, "listening on %s (mode=%s, threads=%u)", local_name(listeners[0]).c_str(), mode_name(cfg.mode),
       cfg.threads);
 
   int sig = wait_for_signal();
-  log(log_level::info, "%s: closing connections with 1001 and shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  log(log_level::info, "%s: closing connections with 1001 over %gs and shutting down",
+      sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_seconds);
+  admin.set_draining(true);  // /readyz says 503 from now on; the admin listener keeps answering
   for (auto& s : shards) s->post({inbox_item::drain, nullptr});
   for (auto& t : threads) t.join();
+  admin.stop();
   tasks.shutdown(wspush::pool::shutdown_mode::soft_timeout);
   std::uint64_t accepted = 0;
-  for (auto& s : shards) accepted += s->counters().accepted;
+  for (auto& s : shards) accepted += s->counters().accepted.get();
   for (std::size_t k = 0; k < listeners.size(); ++k)
     if (k == 0 || listeners[k] != listeners[0]) ::close(listeners[k]);
   log(log_level::info, "stopped (%llu connections accepted)", (unsigned long long)accepted);

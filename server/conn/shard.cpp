@@ -115,7 +115,7 @@ void shard::on_accept(int, int fd) noexcept {
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ++_n.accepted;
+  _n.accepted.add();
   std::uint32_t limit = _cfg.max_connections ? _cfg.max_connections : UINT32_MAX;
   std::uint32_t i = _g.connections.load(std::memory_order_relaxed) >= limit ? no_index : _conns.acquire(UINT32_MAX);
   if (i == no_index) {
@@ -125,13 +125,13 @@ void shard::on_accept(int, int fd) noexcept {
     std::size_t n = proto::encode_http_response(503, buf, "over capacity, retry later\n", "Retry-After: 5\r\n");
     [[maybe_unused]] auto r = ::send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     ::close(fd);
-    ++_n.upgrades_failed;
+    _n.upgrades_over_capacity.add();
     return;
   }
   _g.connections.fetch_add(1, std::memory_order_relaxed);
   connection& c = _conns.at(i);
   c.fd = fd;
-  c.state = conn_state::upgrading;
+  set_state(i, conn_state::upgrading);
   c.flags = 0;
   _wheel.arm(i, ticks_for(_cfg.upgrade_timeout));
   _io->start_reading(fd, token_of(i));
@@ -150,13 +150,25 @@ void shard::on_read_paused(conn_token t) noexcept {
   list(i);
 }
 
+/// Every state change goes through here, so the per-state gauges stay exact.
+void shard::set_state(std::uint32_t i, conn_state s) noexcept {
+  connection& c = _conns.at(i);
+  if (c.state != conn_state::free) _n.in_state[std::size_t(c.state)].sub();
+  if (s != conn_state::free) _n.in_state[std::size_t(s)].add();
+  c.state = s;
+}
+
 void shard::on_timer(std::uint32_t i) noexcept {
   connection& c = _conns.at(i);
   switch (c.state) {
     case conn_state::upgrading:
     case conn_state::upgrade_pending:
+      _n.upgrades_timeout.add();
+      _n.timeouts.add();
+      close_now(i);
+      break;
     case conn_state::closing:
-      ++_n.timeouts;
+      _n.timeouts.add();
       close_now(i);
       break;
     case conn_state::open: on_open_timer(i); break;

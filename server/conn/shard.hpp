@@ -44,11 +44,26 @@ struct inbox_item {
   void* ptr;
 };
 
-/// Counters a shard keeps for logs and, later, metrics. Written by the shard only.
+/// A counter written by one thread (its shard) and read by any (a metrics scrape): relaxed
+/// load and store, so the hot path pays no locked instruction and readers see no torn value.
+class shard_counter {
+ public:
+  void add(std::uint64_t n = 1) noexcept { _v.store(_v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void sub(std::uint64_t n = 1) noexcept { _v.store(_v.load(std::memory_order_relaxed) - n, std::memory_order_relaxed); }
+  std::uint64_t get() const noexcept { return _v.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> _v{0};
+};
+
+/// What a shard counts, for the log and /metrics (docs/METRICS.md).
 struct shard_counters {
-  std::uint64_t accepted = 0, upgrades_ok = 0, upgrades_failed = 0;
-  std::uint64_t messages_in = 0, messages_out = 0, bytes_in = 0, bytes_out = 0;
-  std::uint64_t slow_consumer_closes = 0, timeouts = 0, protocol_errors = 0;
+  shard_counter accepted, messages_in, messages_out, bytes_in, bytes_out;
+  shard_counter slow_consumer_closes, timeouts, protocol_errors;
+  // upgrades by result
+  shard_counter upgrades_ok, upgrades_bad_request, upgrades_unauthorized, upgrades_over_capacity,
+      upgrades_timeout, upgrades_error;
+  shard_counter in_state[6];  // connections by conn_state (free is not counted)
 };
 
 class shard final : io_handler {
@@ -107,6 +122,7 @@ class shard final : io_handler {
   void finish_dead(std::uint32_t i) noexcept;
 
   // loop (shard.cpp)
+  void set_state(std::uint32_t i, conn_state s) noexcept;
   void on_timer(std::uint32_t i) noexcept;
   void begin_drain() noexcept;
   void drain_step() noexcept;

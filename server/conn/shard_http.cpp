@@ -55,6 +55,14 @@ void run_upgrade_job(pool::buffer_pool& buffers, const proto::jwt_verifier* toke
   j.owner->post({inbox_item::upgrade_done, l.release_raw()});
 }
 
+/// Upgrades refused with an HTTP answer, by the kind of refusal (docs/METRICS.md).
+void count_refusal(shard_counters& n, std::uint16_t status) noexcept {
+  if (status == 401) n.upgrades_unauthorized.add();
+  else if (status == 503) n.upgrades_over_capacity.add();
+  else if (status >= 500) n.upgrades_error.add();
+  else n.upgrades_bad_request.add();
+}
+
 }  // namespace
 
 void shard::upgrade_read(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept {
@@ -92,7 +100,7 @@ void shard::upgrade_dispatch(std::uint32_t i) noexcept {
   upgrade_job& j = *block_as<upgrade_job>(c.rx);
   j.owner = this;
   j.token = token_of(i);
-  c.state = conn_state::upgrade_pending;
+  set_state(i, conn_state::upgrade_pending);
   void* raw = c.rx.release_raw();
   if (!_retry.empty() || !schedule_upgrade(raw)) {
     _retry.push_back(raw);
@@ -121,11 +129,11 @@ void shard::upgrade_done(void* raw) noexcept {
   if (i == no_index || _conns.at(i).state != conn_state::upgrade_pending) return;  // closed meanwhile
   connection& c = _conns.at(i);
   if (j.status != 101) return answer_http(i, j.status, j.status == 500 ? "internal error\n" : j.reason);
-  ++_n.upgrades_ok;
+  _n.upgrades_ok.add();
   c.last_rx = _wheel.now();
   _wheel.arm(i, ticks_for(_cfg.ping_interval));  // keepalive from here on
   pool::lease early = std::move(c.rx);  // bytes that arrived while the worker ran
-  c.state = conn_state::open;
+  set_state(i, conn_state::open);
   queue(i, std::move(response));
   if (j.consumed < j.len) ws_read(i, {j.bytes() + j.consumed, j.len - j.consumed});
   if (early && _conns.at(i).state == conn_state::open && _conns.at(i).gen == token_gen(j.token))
@@ -135,7 +143,7 @@ void shard::upgrade_done(void* raw) noexcept {
 void shard::answer_http(std::uint32_t i, std::uint16_t status, std::string_view body,
                         std::string_view extra_headers) noexcept {
   connection& c = _conns.at(i);
-  ++_n.upgrades_failed;
+  count_refusal(_n, status);
   c.rx.reset();  // an upgrade_job: trivially destructible
   pool::lease l = _g.buffers->acquire(512 + body.size());
   std::size_t n = l ? proto::encode_http_response(status, {reinterpret_cast<char*>(l.data()), l.capacity()}, body,
@@ -143,7 +151,7 @@ void shard::answer_http(std::uint32_t i, std::uint16_t status, std::string_view 
                     : 0;
   if (n == 0) return close_now(i);
   l.set_size(n);
-  c.state = conn_state::closing;
+  set_state(i, conn_state::closing);
   // Send the answer, then half-close and read until the peer closes (or the close timeout):
   // closing with unread request bytes would reset the connection and lose the answer.
   c.flags |= flag_read_broken | flag_linger_when_flushed;
@@ -155,7 +163,7 @@ void shard::on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept {
   std::uint32_t i = lookup(t);
   if (i == no_index) return;
   connection& c = _conns.at(i);
-  _n.bytes_in += bytes.size();
+  _n.bytes_in.add(bytes.size());
   switch (c.state) {
     case conn_state::upgrading: return upgrade_read(i, bytes);
     case conn_state::upgrade_pending: {

@@ -64,7 +64,7 @@ bool shard::queue(std::uint32_t i, pool::frame_ref f, bool control) noexcept {
     // A slow consumer: it does not read what we send. Bounded memory beats completeness
     // here; the client reconnects and catches up. One message into an empty queue always
     // fits (its size is bounded by --max-message-bytes): the bound is on backlog.
-    ++_n.slow_consumer_closes;
+    _n.slow_consumer_closes.add();
     log_ratelimited(log_level::info, "closing a slow consumer (%llu bytes unsent)", (unsigned long long)q->bytes);
     start_close(i, proto::close_code::try_again_later, true);
     return false;
@@ -76,7 +76,6 @@ bool shard::queue(std::uint32_t i, pool::frame_ref f, bool control) noexcept {
   q->slots()[(q->head + q->count) % q->cap] = f.release_raw();
   ++q->count;
   q->bytes += size;
-  ++_n.messages_out;
   list(i);
   return true;
 }
@@ -148,7 +147,7 @@ void shard::flush(std::uint32_t i) noexcept {
 void shard::consume_output(std::uint32_t i, std::size_t bytes) noexcept {
   connection& c = _conns.at(i);
   out_queue& q = *block_as<out_queue>(c.tx);
-  _n.bytes_out += bytes;
+  _n.bytes_out.add(bytes);
   q.bytes -= std::min<std::uint64_t>(bytes, q.bytes);
   while (bytes > 0 && q.count > 0) {
     void* raw = q.slots()[q.head];
@@ -204,7 +203,7 @@ void shard::close_now(std::uint32_t i) noexcept {
     c.rx.reset();
   }
   _g.connections.fetch_sub(1, std::memory_order_relaxed);
-  c.state = conn_state::dead;
+  set_state(i, conn_state::dead);
   if (!(c.flags & flag_send_in_flight)) finish_dead(i);  // else the send's completion does it
 }
 
@@ -215,6 +214,7 @@ void shard::finish_dead(std::uint32_t i) noexcept {
     for (; q.count; --q.count, q.head = (q.head + 1) % q.cap) pool::frame_ref::from_raw(q.slots()[q.head]);
     c.tx.reset();
   }
+  set_state(i, conn_state::free);
   _conns.release(i);
 }
 

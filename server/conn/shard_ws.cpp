@@ -62,7 +62,7 @@ struct shard::ws_events {
     if (c.state == conn_state::open) {
       // Echo the peer's code (none if it sent none), then close once that is on the wire.
       s->queue_control(i, proto::opcode::close, payload.first(std::min<std::size_t>(payload.size(), 2)));
-      c.state = conn_state::closing;
+      s->set_state(i, conn_state::closing);
       s->_wheel.arm(i, s->ticks_for(s->_cfg.close_timeout));
     }
     c.flags |= flag_close_when_flushed | flag_read_broken;  // nothing follows a close frame
@@ -136,7 +136,7 @@ bool shard::ws_consume(std::uint32_t i, proto::ws_reader& r, std::span<std::uint
 }
 
 bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::span<std::uint8_t> piece) noexcept {
-  ++_n.messages_in;
+  _n.messages_in.add();
   if (_cfg.mode == app_mode::broadcast && op != proto::opcode::text) return true;
   std::uint8_t hdr[proto::max_server_header_size];
   pool::lease frame;
@@ -158,7 +158,7 @@ bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::sp
   }
   pool::frame_ref f = pool::frame_ref::adopt(std::move(frame));
   if (_cfg.mode == app_mode::echo) {
-    queue(i, std::move(f));
+    if (queue(i, std::move(f))) _n.messages_out.add();
   } else {
     for (shard* other : _g.shards)
       if (other != this) other->post({inbox_item::broadcast, pool::frame_ref(f).release_raw()});
@@ -168,12 +168,14 @@ bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::sp
 }
 
 void shard::broadcast_local(const pool::frame_ref& f) noexcept {
+  std::uint64_t queued = 0;
   for (std::uint32_t i = 0; i < _conns.capacity(); ++i)
-    if (_conns.at(i).state == conn_state::open) queue(i, f);
+    if (_conns.at(i).state == conn_state::open) queued += queue(i, f);
+  _n.messages_out.add(queued);
 }
 
 void shard::fail(std::uint32_t i, proto::close_code code) noexcept {
-  ++_n.protocol_errors;
+  _n.protocol_errors.add();
   start_close(i, code, true);
 }
 
@@ -182,7 +184,7 @@ void shard::start_close(std::uint32_t i, proto::close_code code, bool linger) no
   if (c.state != conn_state::open) return;
   std::uint8_t payload[2];
   std::size_t n = proto::encode_close_payload(code, {}, payload);
-  c.state = conn_state::closing;
+  set_state(i, conn_state::closing);
   queue_control(i, proto::opcode::close, {payload, n});
   if (linger) {
     // We stop parsing: half-close once the close frame is out, then wait for the peer's FIN.
@@ -214,11 +216,11 @@ void shard::note_message_timer(std::uint32_t i, const proto::ws_reader& r) noexc
 void shard::on_open_timer(std::uint32_t i) noexcept {
   connection& c = _conns.at(i);
   if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
-    ++_n.timeouts;
+    _n.timeouts.add();
     return fail(i, proto::close_code::policy_violation);
   }
   if (c.flags & flag_ping_sent) {  // nothing came back since our ping
-    ++_n.timeouts;
+    _n.timeouts.add();
     return close_now(i);
   }
   const std::uint32_t silent = _wheel.now() - c.last_rx, interval = ticks_for(_cfg.ping_interval);

@@ -106,7 +106,7 @@ def server_argv(name, args):
     if name == "node-ws":
         return pin(args.server_cpu) + [args.node, PEER, "--port", "0"]
     io = name.split("-", 1)[1]
-    return pin(args.server_cpu) + [args.wspush, "--mode=broadcast", "--auth=none", "--threads", "1",
+    return pin(args.server_cpu) + [args.wspush, "--mode=broadcast", "--auth=none", "--admin-listen", "127.0.0.1:0", "--threads", "1",
                                    "--io", io, "--listen", "127.0.0.1:0"]
 
 

@@ -30,6 +30,7 @@ class ProtocolClose(Exception):
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--listen", default="0.0.0.0:8080")
+    p.add_argument("--admin-listen", default="")  # accepted for the real binary's command line; unused
     p.add_argument("--mode", default="echo", choices=["echo", "broadcast"])
     p.add_argument("--io", default="uring", choices=["uring", "epoll"])
     p.add_argument("--threads", type=int, default=1)

@@ -64,7 +64,7 @@ export class Server {
   }
 
   command() {
-    const args = ['--listen', '127.0.0.1:0', `--mode=${this.mode}`, `--io=${this.io}`, '--auth=none', ...this.extra];
+    const args = ['--listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0', `--mode=${this.mode}`, `--io=${this.io}`, '--auth=none', ...this.extra];
     const base = this.binary.endsWith('.py') ? ['/usr/bin/python3', this.binary] : [this.binary];
     const wrap = existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--'] : [];
     return [...wrap, ...base, ...args];

@@ -92,7 +92,9 @@ class ServerProcess:
             cmd = [sys.executable, self.binary]
         auth = (["--auth=none"] if self.jwt_secret is None else
                 ["--jwt-secret", self.jwt_secret] if self.jwt_secret else [])
-        return cmd + ["--listen", "127.0.0.1:0", f"--mode={self.mode}", f"--io={self.io}", *auth, *self.extra]
+        # The admin listener on a free port too: tests run in parallel.
+        return cmd + ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", f"--mode={self.mode}",
+                      f"--io={self.io}", *auth, *self.extra]
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         # Options also come from WSPUSH_* variables: only the test's own may reach the server.

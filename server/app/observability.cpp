@@ -1,0 +1,76 @@
+#include "server/app/observability.hpp"
+
+#include <functional>
+
+namespace wspush::server {
+namespace {
+
+/// A scrape-time sum over the shards of the counters `pick` selects.
+template <class Pick>
+std::function<double()> sum_over(const std::vector<shard*>& shards, Pick pick) {
+  return [shards, pick] {
+    std::uint64_t total = 0;
+    for (const shard* s : shards) total += pick(s->counters());
+    return double(total);
+  };
+}
+
+std::function<double()> sum_of(const std::vector<shard*>& shards, shard_counter shard_counters::*member) {
+  return sum_over(shards, [member](const shard_counters& n) { return (n.*member).get(); });
+}
+
+std::function<double()> in_states(const std::vector<shard*>& shards, conn_state a, conn_state b) {
+  return sum_over(shards, [a, b](const shard_counters& n) {
+    return n.in_state[std::size_t(a)].get() + (a == b ? 0 : n.in_state[std::size_t(b)].get());
+  });
+}
+
+void register_shard_series(metrics_registry& m, const std::vector<shard*>& shards) {
+  // A pool worker's upgrade is still "upgrading" to an operator.
+  m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::upgrading, conn_state::upgrade_pending), {},
+                 {{"state", "upgrading"}});
+  m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::open, conn_state::open), {}, {{"state", "open"}});
+  m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::closing, conn_state::closing), {},
+                 {{"state", "closing"}});
+  m.add_counter_fn("wspush_connections_accepted_total", sum_of(shards, &shard_counters::accepted));
+  const std::pair<const char*, shard_counter shard_counters::*> upgrades[] = {
+      {"ok", &shard_counters::upgrades_ok},
+      {"bad_request", &shard_counters::upgrades_bad_request},
+      {"unauthorized", &shard_counters::upgrades_unauthorized},
+      {"over_capacity", &shard_counters::upgrades_over_capacity},
+      {"timeout", &shard_counters::upgrades_timeout},
+  };
+  for (const auto& [result, member] : upgrades)
+    m.add_counter_fn("wspush_upgrades_total", sum_of(shards, member), {}, {{"result", result}});
+  m.add_counter_fn("wspush_messages_in_total", sum_of(shards, &shard_counters::messages_in));
+  m.add_counter_fn("wspush_messages_out_total", sum_of(shards, &shard_counters::messages_out));
+  m.add_counter_fn("wspush_bytes_in_total", sum_of(shards, &shard_counters::bytes_in));
+  m.add_counter_fn("wspush_bytes_out_total", sum_of(shards, &shard_counters::bytes_out));
+  m.add_counter_fn("wspush_slow_consumer_closes_total", sum_of(shards, &shard_counters::slow_consumer_closes));
+}
+
+void register_pool_series(metrics_registry& m, pool::task_pool& tasks) {
+  pool::task_pool* p = &tasks;
+  m.add_gauge_fn("wspush_pool_workers", [p] { return double(p->stats().workers); });
+  m.add_gauge_fn("wspush_pool_busy_workers", [p] { return double(p->stats().busy_workers); });
+  m.add_gauge_fn("wspush_pool_queue_length", [p] { return double(p->stats().queue_length); });
+  m.add_gauge_fn("wspush_pool_waiting_schedulers", [p] { return double(p->stats().waiting_schedulers); });
+  m.add_counter_fn("wspush_pool_tasks_failed_total", [p] { return double(p->stats().failed); });
+  m.add_histogram_fn("wspush_pool_task_duration_seconds", [p] {
+    pool::pool_stats s = p->stats();
+    histogram_snapshot h;
+    h.bounds = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};  // pool_stats' buckets, the last is +Inf
+    h.counts.assign(s.duration_hist.begin(), s.duration_hist.end());
+    h.sum = s.duration_sum_seconds;
+    return h;
+  });
+}
+
+}  // namespace
+
+void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks) {
+  register_shard_series(m, shards);
+  register_pool_series(m, tasks);
+}
+
+}  // namespace wspush::server
