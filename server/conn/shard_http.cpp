@@ -19,15 +19,15 @@ constexpr std::uint32_t max_early_bytes = 64 * 1024;  // frames sent before our 
 
 /// The token check: none with --auth=none, else a valid, unexpired HS256 token from the
 /// query or the cookie. False with j.status/j.reason set when the upgrade is refused.
-bool check_token(const proto::jwt_verifier* tokens, const proto::upgrade_request& req, upgrade_job& j) noexcept {
+bool check_token(const proto::jwt_verifier* tokens, std::string_view token, upgrade_job& j) noexcept {
   if (!tokens) return true;
-  if (req.token.empty()) {
+  if (token.empty()) {
     j.status = 401, j.reason = "missing token (?token= or cookie wspush_token)";
     return false;
   }
   char storage[proto::jwt_claims_storage_bytes];
   proto::jwt_claims claims;
-  auto r = tokens->verify(req.token, std::int64_t(std::time(nullptr)), storage, claims);
+  auto r = tokens->verify(token, std::int64_t(std::time(nullptr)), storage, claims);
   if (r.ok()) return true;
   j.status = 401, j.reason = r.message;  // static text
   return false;
@@ -38,13 +38,10 @@ bool check_token(const proto::jwt_verifier* tokens, const proto::upgrade_request
 void run_upgrade_job(pool::buffer_pool& buffers, const proto::jwt_verifier* tokens, void* raw) noexcept {
   pool::lease l = pool::lease::from_raw(raw);
   upgrade_job& j = *block_as<upgrade_job>(l);
-  proto::upgrade_request req;
-  proto::upgrade_parser p;
-  auto r = p.parse({reinterpret_cast<const char*>(j.bytes()), j.len}, req);
-  if (r.outcome == proto::upgrade_outcome::websocket && check_token(tokens, req, j)) {
+  if (check_token(tokens, j.text(j.token_at, j.token_len), j)) {
     pool::lease resp = buffers.acquire(256);
     std::size_t n = resp ? proto::encode_switching_protocols(
-                               req.key, {reinterpret_cast<char*>(resp.data()), resp.capacity()})
+                               j.text(j.key_at, j.key_len), {reinterpret_cast<char*>(resp.data()), resp.capacity()})
                          : 0;
     if (n) {
       resp.set_size(n);
@@ -91,6 +88,8 @@ void shard::upgrade_read(std::uint32_t i, std::span<const std::uint8_t> bytes) n
                          "Upgrade: websocket\r\n");
     case proto::upgrade_outcome::websocket:
       j.consumed = r.consumed;
+      j.note(req.key, j.key_at, j.key_len);
+      j.note(req.token, j.token_at, j.token_len);
       return upgrade_dispatch(i);
   }
 }

@@ -26,10 +26,21 @@ struct upgrade_job {
   proto::upgrade_parser parser{8192};  // replaced with the configured limit on creation
   std::uint32_t len = 0;       // request bytes (and any frame bytes right behind them)
   std::uint32_t consumed = 0;  // end of the request, set once parsed
+  // Where the loop's parse found what the worker needs, as offsets into bytes(): the worker
+  // does not parse the request again.
+  std::uint32_t key_at = 0, key_len = 0, token_at = 0, token_len = 0;
   void* response = nullptr;    // a frame_ref released to a raw pointer by the worker
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   std::string_view reason;     // static text for the error body
   std::uint8_t* bytes() noexcept { return reinterpret_cast<std::uint8_t*>(this + 1); }
+  std::string_view text(std::uint32_t at, std::uint32_t len) noexcept {
+    return {reinterpret_cast<const char*>(bytes()) + at, len};
+  }
+  /// Records where `part` (a view into bytes()) lies; an empty view is recorded as empty.
+  void note(std::string_view part, std::uint32_t& at, std::uint32_t& len) noexcept {
+    at = part.empty() ? 0 : std::uint32_t(part.data() - reinterpret_cast<const char*>(bytes()));
+    len = std::uint32_t(part.size());
+  }
 };
 
 /// Input state of an open connection that is in the middle of something: a frame header

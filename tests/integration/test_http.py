@@ -46,14 +46,14 @@ def pad_header(total: int) -> str:
     return f"X-Pad: {'p' * pad}\r\n"
 
 
-def oversized(port: int) -> None:
-    with RawWebSocket(port).open(extra_headers=pad_header(MAX_REQUEST)) as ws:  # at the limit: accepted
+def oversized(port: int, limit: int = MAX_REQUEST) -> None:
+    with RawWebSocket(port).open(extra_headers=pad_header(limit)) as ws:  # at the limit: accepted
         ws.send_frame(OP_TEXT, b"at the limit")
         ws.expect_message(OP_TEXT, b"at the limit")
-    over = upgrade_request("/", KEY, extra=pad_header(MAX_REQUEST + 1))
+    over = upgrade_request("/", KEY, extra=pad_header(limit + 1))
     expect_status(port, over, 431, f"{len(over)}-byte request")
     # Far past the limit, without ever ending the header block: must not wait for the end.
-    endless = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * (4 * MAX_REQUEST)
+    endless = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * (4 * limit)
     expect_status(port, endless, 431, "unterminated 32 KiB header", piece=1024)
 
 
@@ -108,6 +108,9 @@ def run(args) -> None:
             ws.send_frame(OP_TEXT, b"after the errors")
             ws.expect_message(OP_TEXT, b"after the errors")
         check(server.alive(), "server exited\n" + server.log_tail())
+    with ServerProcess(args.server, io=args.io, mode="echo", extra=["--max-request-bytes", "16384"],
+                       quiet=not args.verbose) as server:
+        run_step("a larger --max-request-bytes is honoured end to end", oversized, server.port, 16384)
     with ServerProcess(args.server, io=args.io, mode="echo", extra=["--upgrade-timeout", "0.5"],
                        quiet=not args.verbose) as server:
         run_step("unfinished upgrades closed after --upgrade-timeout", upgrade_timeout, server.port)
