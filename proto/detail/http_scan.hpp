@@ -35,25 +35,36 @@ inline std::uint64_t byte_mask64(const char* p, char c) noexcept {
          std::uint64_t{byte_mask16(p + 32, c)} << 32 | std::uint64_t{byte_mask16(p + 48, c)} << 48;
 }
 
-/// Bit i set when byte i of the 16 readable bytes at `p` is an ASCII letter, digit or '-': the
-/// characters of nearly every header name (the other tchar are checked byte by byte).
-inline std::uint32_t name_chars_mask16(const char* p) noexcept {
 #if defined(__SSE2__)
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  // Signed compares: bytes ≥ 0x80 are negative, so they fall outside every range.
+/// 0xFF in each byte of `x` that is an ASCII letter or digit. Signed compares: bytes ≥ 0x80
+/// are negative, so they fall outside every range.
+inline __m128i alnum_bytes16(__m128i x) noexcept {
   const __m128i lower = _mm_or_si128(x, _mm_set1_epi8(0x20));
   const __m128i alpha = _mm_and_si128(_mm_cmpgt_epi8(lower, _mm_set1_epi8('a' - 1)),
                                       _mm_cmplt_epi8(lower, _mm_set1_epi8('z' + 1)));
   const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('0' - 1)),
                                       _mm_cmplt_epi8(x, _mm_set1_epi8('9' + 1)));
-  const __m128i ok = _mm_or_si128(_mm_or_si128(alpha, digit), _mm_cmpeq_epi8(x, _mm_set1_epi8('-')));
+  return _mm_or_si128(alpha, digit);
+}
+#endif
+
+constexpr bool is_alnum_byte(unsigned char c) noexcept {
+  const unsigned char lower = c | 0x20;
+  return (lower >= 'a' && lower <= 'z') || (c >= '0' && c <= '9');
+}
+
+/// Bit i set when byte i of the 16 readable bytes at `p` is an ASCII letter, digit or '-': the
+/// characters of nearly every header name (the other tchar are checked byte by byte).
+inline std::uint32_t name_chars_mask16(const char* p) noexcept {
+#if defined(__SSE2__)
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i ok = _mm_or_si128(alnum_bytes16(x), _mm_cmpeq_epi8(x, _mm_set1_epi8('-')));
   return static_cast<std::uint16_t>(_mm_movemask_epi8(ok));
 #else
   std::uint32_t m = 0;
   for (int i = 0; i < 16; ++i) {
     const auto c = static_cast<unsigned char>(p[i]);
-    const unsigned char lower = c | 0x20;
-    m |= std::uint32_t((lower >= 'a' && lower <= 'z') || (c >= '0' && c <= '9') || c == '-') << i;
+    m |= std::uint32_t(is_alnum_byte(c) || c == '-') << i;
   }
   return m;
 #endif
@@ -64,19 +75,13 @@ inline std::uint32_t name_chars_mask16(const char* p) noexcept {
 inline std::uint32_t base64_chars_mask16(const char* p) noexcept {
 #if defined(__SSE2__)
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i lower = _mm_or_si128(x, _mm_set1_epi8(0x20));
-  const __m128i alpha = _mm_and_si128(_mm_cmpgt_epi8(lower, _mm_set1_epi8('a' - 1)),
-                                      _mm_cmplt_epi8(lower, _mm_set1_epi8('z' + 1)));
-  const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('0' - 1)),
-                                      _mm_cmplt_epi8(x, _mm_set1_epi8('9' + 1)));
   const __m128i sym = _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('+')), _mm_cmpeq_epi8(x, _mm_set1_epi8('/')));
-  return static_cast<std::uint16_t>(_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(alpha, digit), sym)));
+  return static_cast<std::uint16_t>(_mm_movemask_epi8(_mm_or_si128(alnum_bytes16(x), sym)));
 #else
   std::uint32_t m = 0;
   for (int i = 0; i < 16; ++i) {
     const auto c = static_cast<unsigned char>(p[i]);
-    const unsigned char lower = c | 0x20;
-    m |= std::uint32_t((lower >= 'a' && lower <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/') << i;
+    m |= std::uint32_t(is_alnum_byte(c) || c == '+' || c == '/') << i;
   }
   return m;
 #endif
