@@ -39,6 +39,7 @@ void register_shard_series(metrics_registry& m, const std::vector<shard*>& shard
       {"unauthorized", &shard_counters::upgrades_unauthorized},
       {"over_capacity", &shard_counters::upgrades_over_capacity},
       {"timeout", &shard_counters::upgrades_timeout},
+      {"error", &shard_counters::upgrades_error},
   };
   for (const auto& [result, member] : upgrades)
     m.add_counter_fn("wspush_upgrades_total", sum_of(shards, member), {}, {{"result", result}});
