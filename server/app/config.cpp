@@ -31,7 +31,10 @@ std::string read_secret_file(const std::string& path) {
 }
 
 [[noreturn]] void bad(std::string_view name, std::string_view value, std::string_view want) {
-  throw config_error("--" + std::string(name) + ": '" + std::string(value) + "' is not " + std::string(want));
+  std::string option(name);  // the macros below pass the field's name: spell it as the option
+  for (char& ch : option)
+    if (ch == '_') ch = '-';
+  throw config_error("--" + option + ": '" + std::string(value) + "' is not " + std::string(want));
 }
 
 template <class T>
@@ -75,18 +78,20 @@ const std::vector<option>& options() {
   static const std::vector<option> opts = {
       {"listen", "ADDR:PORT", "public WebSocket listener (port 0: any free port)",
        [](const config& c) { return c.listen; }, [](config& c, std::string_view v) { c.listen = v; }},
-      {"admin-listen", "ADDR:PORT", "admin listener: /healthz, /readyz, /metrics, and the publish API (503 until pub/sub)",
+      {"admin-listen", "ADDR:PORT", "admin listener: /publish, /publish/batch, /metrics, /healthz, /readyz",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
       {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",
        [](const config&) { return std::string("(unset)"); }, [](config& c, std::string_view v) { c.api_key = v; }},
       {"max-body-bytes", "N", "largest admin request body; past it: HTTP 413", U32(max_body_bytes, 1024, 1u << 30)},
-      {"mode", "echo|broadcast", "echo: every message back to its sender; broadcast: every text message to all",
+      {"mode", "pubsub|echo|broadcast",
+       "pubsub: the topic protocol (sub/unsub/pub, publish API, history); echo: every message back to its "
+       "sender; broadcast: every text message to all",
        [](const config& c) { return std::string(mode_name(c.mode)); },
        [](config& c, std::string_view v) {
-         if (v == "echo") c.mode = app_mode::echo;
+         if (v == "pubsub") c.mode = app_mode::pubsub;
+         else if (v == "echo") c.mode = app_mode::echo;
          else if (v == "broadcast") c.mode = app_mode::broadcast;
-         else if (v == "pubsub") throw config_error("--mode=pubsub is not available yet in this build (use echo or broadcast)");
-         else bad("mode", v, "echo or broadcast");
+         else bad("mode", v, "pubsub, echo or broadcast");
        }},
       {"io", "uring|epoll", "I/O backend; uring falls back to epoll by itself when io_uring is unavailable",
        [](const config& c) { return std::string(c.io == io_kind::uring ? "uring" : "epoll"); },
@@ -120,11 +125,24 @@ const std::vector<option>& options() {
        U32(max_connections, 0, 100'000'000)},
       {"max-request-bytes", "N", "largest upgrade request; past it: HTTP 431", U32(max_request_bytes, 256, 65536)},
       {"max-frame-bytes", "N", "largest frame payload; past it: close 1009", U32(max_frame_bytes, 125, 1u << 30)},
-      {"max-message-bytes", "N", "largest message; past it: close 1009", U32(max_message_bytes, 125, 1u << 30)},
+      {"max-message-bytes", "N", "largest message; past it: close 1009 (0: 64 KiB in pubsub mode, 16 MiB in the others)",
+       U32(max_message_bytes, 0, 1u << 30)},
       {"max-pending-bytes", "N", "unsent output per connection; past it: close 1013 (slow consumer)",
        [](const config& c) { return std::to_string(c.max_pending_bytes); },
        [](config& c, std::string_view v) {
          c.max_pending_bytes = parse_uint<std::uint64_t>("max-pending-bytes", v, 4096, std::uint64_t(1) << 34);
+       }},
+      {"allow-client-publish", "", "with --auth=none, let clients publish (`pub`); with tokens their `pub` claim decides",
+       [](const config& c) { return std::string(c.allow_client_publish ? "true" : "false"); },
+       [](config& c, std::string_view v) { c.allow_client_publish = parse_bool("allow-client-publish", v); }},
+      {"max-topics-per-connection", "N", "subscriptions one connection may hold; past it: error too_many_subscriptions",
+       U32(max_topics_per_connection, 1, 100'000)},
+      {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none", U32(history_size, 0, 1'000'000)},
+      {"history-ttl", "SECONDS", "events older than this leave the history", SECS(history_ttl)},
+      {"history-max-bytes", "N", "memory cap of the whole history; past it the oldest events go first",
+       [](const config& c) { return std::to_string(c.history_max_bytes); },
+       [](config& c, std::string_view v) {
+         c.history_max_bytes = parse_uint<std::uint64_t>("history-max-bytes", v, 0, std::uint64_t(1) << 40);
        }},
       {"upgrade-timeout", "SECONDS", "time allowed to complete the HTTP upgrade", SECS(upgrade_timeout)},
       {"close-timeout", "SECONDS", "time the peer gets to answer our close frame", SECS(close_timeout)},
@@ -155,7 +173,14 @@ const option* find_option(std::string_view name) {
 
 }  // namespace
 
-const char* mode_name(app_mode m) noexcept { return m == app_mode::echo ? "echo" : "broadcast"; }
+const char* mode_name(app_mode m) noexcept {
+  switch (m) {
+    case app_mode::pubsub: return "pubsub";
+    case app_mode::echo: return "echo";
+    case app_mode::broadcast: return "broadcast";
+  }
+  return "?";
+}
 
 config parse_config(int argc, char** argv) {
   config c;
@@ -189,6 +214,9 @@ config parse_config(int argc, char** argv) {
     throw config_error("no token secret: give --jwt-secret or --jwt-secret-file (or WSPUSH_JWT_SECRET), "
                        "or --auth=none to let anyone connect without a token");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());
+  c.max_message_bytes = c.message_limit();
+  if (c.allow_client_publish && !c.auth_none)
+    throw config_error("--allow-client-publish is for --auth=none; with tokens the `pub` claim decides who may publish");
   if (c.max_frame_bytes > c.max_message_bytes) c.max_frame_bytes = c.max_message_bytes;
   return c;
 }

@@ -25,8 +25,11 @@ config parse(std::vector<std::string> args) {
 TEST_CASE("config: defaults and both option spellings") {
   config d = parse({});
   CHECK(d.listen == "0.0.0.0:8080");
-  CHECK(d.mode == app_mode::broadcast);
-  CHECK(d.max_message_bytes == 16u << 20);
+  CHECK(d.mode == app_mode::pubsub);
+  CHECK(d.max_message_bytes == 64u << 10);  // client messages are small in pubsub mode
+  CHECK(d.history_size == 100);
+  CHECK(parse({"--mode=echo"}).max_message_bytes == 16u << 20);
+  CHECK(parse({"--mode=pubsub", "--max-message-bytes=1000"}).max_message_bytes == 1000);
   config c = parse({"--listen", "127.0.0.1:0", "--mode=echo", "--io", "epoll", "--threads=3", "--upgrade-timeout", "0.5"});
   CHECK(c.listen == "127.0.0.1:0");
   CHECK(c.mode == app_mode::echo);
@@ -47,6 +50,8 @@ TEST_CASE("config: environment variables, overridden by the command line") {
 
 TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK_THROWS_WITH(parse({"--mode=chat"}), Catch::Contains("--mode"));
+  CHECK_THROWS_WITH(parse_raw({"--jwt-secret=s", "--allow-client-publish"}), Catch::Contains("--allow-client-publish"));
+  CHECK_THROWS_WITH(parse({"--history-ttl", "0"}), Catch::Contains("--history-ttl"));
   CHECK_THROWS_WITH(parse({"--threads", "many"}), Catch::Contains("--threads"));
   CHECK_THROWS_WITH(parse({"--no-such-thing"}), Catch::Contains("unknown option"));
   CHECK_THROWS_WITH(parse({"--listen"}), Catch::Contains("needs a value"));
