@@ -91,6 +91,7 @@ class epoll_backend final : public io_backend {
   void poll(io_handler& h, int timeout_ms) noexcept override {
     epoll_event events[max_events];
     int n = epoll_wait(_epfd, events, max_events, timeout_ms);
+    h.on_poll_woke();
     for (int i = 0; i < n; ++i) dispatch(h, events[i]);
   }
 

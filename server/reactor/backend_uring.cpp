@@ -278,6 +278,7 @@ void uring_backend::poll(io_handler& h, int timeout_ms) noexcept {
     __kernel_timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000LL};
     io_uring_submit_and_wait_timeout(&_ring, &cqe, 1, &ts, nullptr);
   }
+  h.on_poll_woke();
   reset_arena();
   // Handlers queue new requests while we walk the completions; that is fine, the walk only
   // reads the completion queue. Batches are bounded so a flood cannot starve the timers.

@@ -38,6 +38,8 @@ class io_handler {
   virtual void on_writable(conn_token t) noexcept = 0;
   /// Another thread called `wake`.
   virtual void on_wake() noexcept = 0;
+  /// The poll's wait ended; its events follow (for measuring how long the loop then works).
+  virtual void on_poll_woke() noexcept {}
 };
 
 enum class send_outcome : std::uint8_t {
