@@ -31,6 +31,10 @@ enum conn_flag : std::uint16_t {
   flag_linger_when_flushed = 1 << 6,  // half-close when flushed, then read until EOF or timeout
   flag_timer_message = 1 << 7,  // the armed deadline is the message timeout, not keepalive
   flag_ping_sent = 1 << 8,      // a keepalive ping is unanswered
+  flag_timer_exp = 1 << 9,      // the armed deadline is the token's expiry
+  // Bits 13..15: client messages refused in a row (pubsub); at 7 the connection is closed.
+  flag_errors_shift = 13,
+  flag_errors_mask = 7 << 13,
 };
 
 /// Budget: 48 bytes, so 1,000,000 idle connections cost 48 MB of records.

@@ -14,6 +14,7 @@
 
 #include "proto/ws_handshake.hpp"
 #include "server/app/log.hpp"
+#include "server/pubsub/hub.hpp"
 
 namespace wspush::server {
 namespace {
@@ -21,6 +22,7 @@ namespace {
 constexpr std::uint32_t tick_ms = 50;
 constexpr std::uint32_t wheel_slots = 4096;  // 204 s per turn
 constexpr std::uint32_t inbox_capacity = 1 << 16;
+constexpr std::uint32_t expire_every_ticks = 1000 / tick_ms;  // the history's TTL sweep: once a second
 
 std::uint64_t monotonic_ns() noexcept {
   timespec ts;
@@ -32,14 +34,19 @@ std::uint64_t monotonic_ns() noexcept {
 
 shard::shard(shard_group& group, int index, int listen_fd)
     : _g(group), _cfg(*group.cfg), _index(index), _listen_fd(listen_fd), _wheel(wheel_slots, links_of{&_conns}),
-      _inbox(inbox_capacity) {
+      _inbox(inbox_capacity), _topics(pubsub::registry_options{_cfg.max_topics_per_connection, std::uint32_t(proto::max_topic_bytes), 0}) {
   _iov.resize(1024);
+  if (_cfg.mode == app_mode::pubsub) {
+    _parser = std::make_unique<proto::envelope_parser>(_cfg.message_limit());
+    _env = std::make_unique<proto::envelope>();
+    if (_g.hub) _fanned.assign(_g.hub->history().shard_count(), 0);
+  }
 }
 
 shard::~shard() {
   inbox_item item;
   while (_inbox.try_pop(item)) {  // frames or jobs nobody will handle now
-    if (item.kind == inbox_item::broadcast) pool::frame_ref::from_raw(item.ptr);
+    if (item.kind == inbox_item::broadcast || item.kind == inbox_item::event) pool::frame_ref::from_raw(item.ptr);
     else if (item.kind == inbox_item::upgrade_done) pool::lease::from_raw(item.ptr);
   }
 }
@@ -62,11 +69,17 @@ bool shard::start_backend(std::string& why, bool& fell_back) noexcept {
   return _io->add_listener(_listen_fd, 0);
 }
 
-void shard::post(inbox_item item) noexcept {
-  // The loop drains its inbox every iteration, so a full inbox is momentary: wait it out.
-  while (!_inbox.try_push(item)) sched_yield();
-  _io->wake();
+void shard::post(inbox_item item, bool wake) noexcept {
+  // The loop drains its inbox every iteration, so a full inbox is momentary: wake the loop
+  // (a quiet post may not have) and wait it out.
+  while (!_inbox.try_push(item)) {
+    _io->wake();
+    sched_yield();
+  }
+  if (wake) _io->wake();
 }
+
+void shard::wake() noexcept { _io->wake(); }
 
 std::uint32_t shard::ticks_for(double seconds) const noexcept {
   double t = seconds * 1000.0 / tick_ms;
@@ -81,9 +94,13 @@ std::uint32_t shard::lookup(conn_token t) noexcept {
 void shard::run() noexcept {
   _start_ns = monotonic_ns();
   while (!(_draining && _conns.size() == 0)) {
-    _io->poll(*this, int(tick_ms));
+    // Output left on the flush list (a big fan-out goes out in slices): do not wait for events.
+    _io->poll(*this, _flush_head != no_index ? 0 : int(tick_ms));
     auto tick = std::uint32_t((monotonic_ns() - _start_ns) / (tick_ms * 1'000'000ull)) + 1;
-    if (tick != _wheel.now()) _wheel.advance(tick, [this](std::uint32_t i) { on_timer(i); });
+    if (tick != _wheel.now()) {
+      _wheel.advance(tick, [this](std::uint32_t i) { on_timer(i); });
+      if (_index == 0 && _g.hub && tick % expire_every_ticks == 0) _g.hub->history().expire(monotonic_ns());
+    }
     if (_accept_paused && !_draining && _retry.empty() && tick >= _accept_resume_tick) {
       _accept_paused = false;
       _io->resume_accept(0);
@@ -91,9 +108,16 @@ void shard::run() noexcept {
     if (!_retry.empty()) retry_upgrades();
     if (_draining && _drain.done < _drain.total) drain_step();
     flush_listed();
+    std::uint64_t lag = monotonic_ns() - _woke_ns;
+    std::size_t b = 0;
+    while (b < std::size(shard_counters::lag_bounds_ns) && lag > shard_counters::lag_bounds_ns[b]) ++b;
+    _n.lag_buckets[b].add();
+    _n.lag_sum_ns.add(lag);
   }
   _io->poll(*this, 0);  // submit the last closes
 }
+
+void shard::on_poll_woke() noexcept { _woke_ns = monotonic_ns(); }
 
 void shard::pause_accepting(std::uint32_t ticks) noexcept {
   _accept_resume_tick = _wheel.now() + ticks;
@@ -182,6 +206,7 @@ void shard::on_wake() noexcept {
     switch (item.kind) {
       case inbox_item::upgrade_done: upgrade_done(item.ptr); break;
       case inbox_item::broadcast: broadcast_local(pool::frame_ref::from_raw(item.ptr)); break;
+      case inbox_item::event: on_event(pool::frame_ref::from_raw(item.ptr), item.seq, item.part); break;
       case inbox_item::drain: begin_drain(); break;
     }
   }

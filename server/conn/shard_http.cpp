@@ -18,27 +18,44 @@ namespace {
 constexpr std::uint32_t max_early_bytes = 64 * 1024;  // frames sent before our 101 arrives
 
 /// The token check: none with --auth=none, else a valid, unexpired HS256 token from the
-/// query or the cookie. False with j.status/j.reason set when the upgrade is refused.
-bool check_token(const proto::jwt_verifier* tokens, std::string_view token, upgrade_job& j) noexcept {
+/// query or the cookie, whose grants and expiry are appended to the job (the lease may move:
+/// `l` is updated). False with the job's status/reason set when the upgrade is refused.
+bool check_token(const proto::jwt_verifier* tokens, pool::lease& l) noexcept {
   if (!tokens) return true;
+  upgrade_job* j = block_as<upgrade_job>(l);
+  std::string_view token = j->text(j->token_at, j->token_len);
   if (token.empty()) {
-    j.status = 401, j.reason = "missing token (?token= or cookie wspush_token)";
+    j->status = 401, j->reason = "missing token (?token= or cookie wspush_token)";
     return false;
   }
   char storage[proto::jwt_claims_storage_bytes];
   proto::jwt_claims claims;
   auto r = tokens->verify(token, std::int64_t(std::time(nullptr)), storage, claims);
-  if (r.ok()) return true;
-  j.status = 401, j.reason = r.message;  // static text
-  return false;
+  if (!r.ok()) {
+    j->status = 401, j->reason = r.message;  // static text
+    return false;
+  }
+  std::string_view topics = claims.topics.bytes(), pub = claims.pub.bytes();
+  std::size_t at = sizeof(upgrade_job) + j->len;
+  l.set_size(at);
+  if (!l.reserve(at + topics.size() + pub.size())) return false;  // status stays 500
+  j = block_as<upgrade_job>(l);
+  if (!topics.empty()) std::memcpy(l.data() + at, topics.data(), topics.size());
+  if (!pub.empty()) std::memcpy(l.data() + at + topics.size(), pub.data(), pub.size());
+  l.set_size(at + topics.size() + pub.size());
+  j->grants_at = j->len;
+  j->topics_len = std::uint32_t(topics.size());
+  j->pub_len = std::uint32_t(pub.size());
+  j->exp = claims.exp;
+  return true;
 }
 
 /// Runs on a pool worker: the request's costly part (token signature, SHA-1 of the key),
 /// then back to the owning shard. Touches nothing but the job block.
 void run_upgrade_job(pool::buffer_pool& buffers, const proto::jwt_verifier* tokens, void* raw) noexcept {
   pool::lease l = pool::lease::from_raw(raw);
-  upgrade_job& j = *block_as<upgrade_job>(l);
-  if (check_token(tokens, j.text(j.token_at, j.token_len), j)) {
+  if (check_token(tokens, l)) {
+    upgrade_job& j = *block_as<upgrade_job>(l);
     pool::lease resp = buffers.acquire(256);
     std::size_t n = resp ? proto::encode_switching_protocols(
                                j.text(j.key_at, j.key_len), {reinterpret_cast<char*>(resp.data()), resp.capacity()})
@@ -49,6 +66,7 @@ void run_upgrade_job(pool::buffer_pool& buffers, const proto::jwt_verifier* toke
       j.status = 101;
     }
   }
+  upgrade_job& j = *block_as<upgrade_job>(l);
   j.owner->post({inbox_item::upgrade_done, l.release_raw()});
 }
 
@@ -128,9 +146,11 @@ void shard::upgrade_done(void* raw) noexcept {
   if (i == no_index || _conns.at(i).state != conn_state::upgrade_pending) return;  // closed meanwhile
   connection& c = _conns.at(i);
   if (j.status != 101) return answer_http(i, j.status, j.status == 500 ? "internal error\n" : j.reason);
+  if (_g.tokens && !_sessions.set(i, j.exp, j.text(j.grants_at, j.topics_len), j.text(j.grants_at + j.topics_len, j.pub_len)))
+    return answer_http(i, 500, "internal error\n");
   _n.upgrades_ok.add();
   c.last_rx = _wheel.now();
-  _wheel.arm(i, ticks_for(_cfg.ping_interval));  // keepalive from here on
+  arm_open(i, ticks_for(_cfg.ping_interval));  // keepalive from here on (or the token's expiry)
   pool::lease early = std::move(c.rx);  // bytes that arrived while the worker ran
   set_state(i, conn_state::open);
   queue(i, std::move(response));

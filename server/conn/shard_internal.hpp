@@ -29,6 +29,9 @@ struct upgrade_job {
   // Where the loop's parse found what the worker needs, as offsets into bytes(): the worker
   // does not parse the request again.
   std::uint32_t key_at = 0, key_len = 0, token_at = 0, token_len = 0;
+  // The token's grants (compact form) the worker appends after the request bytes, and its exp.
+  std::uint32_t grants_at = 0, topics_len = 0, pub_len = 0;
+  std::int64_t exp = 0;
   void* response = nullptr;    // a frame_ref released to a raw pointer by the worker
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   std::string_view reason;     // static text for the error body

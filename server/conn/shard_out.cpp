@@ -19,6 +19,10 @@ namespace wspush::server {
 namespace {
 
 constexpr std::size_t first_queue_block = 256;
+/// Connections written per loop iteration. A fan-out to tens of thousands of subscribers
+/// goes out in slices of this many sends, with the loop taking new events between slices,
+/// so one big publish does not hold up every other socket of the shard for its whole length.
+constexpr std::uint32_t flush_slice = 1024;
 
 /// The bytes of a queued frame without touching its reference count.
 std::span<const std::uint8_t> raw_bytes(void* raw) noexcept {
@@ -95,15 +99,18 @@ void shard::list(std::uint32_t i) noexcept {
   connection& c = _conns.at(i);
   if (c.flags & flag_listed) return;
   c.flags |= flag_listed;
-  c.flush_next = _flush_head;
-  _flush_head = i;
+  c.flush_next = no_index;
+  if (_flush_tail == no_index) _flush_head = i;
+  else _conns.at(_flush_tail).flush_next = i;
+  _flush_tail = i;
 }
 
 void shard::flush_listed() noexcept {
-  while (_flush_head != no_index) {
+  for (std::uint32_t n = 0; _flush_head != no_index && n < flush_slice; ++n) {
     std::uint32_t i = _flush_head;
     connection& c = _conns.at(i);
     _flush_head = c.flush_next;
+    if (_flush_head == no_index) _flush_tail = no_index;
     c.flush_next = no_index;
     c.flags &= ~flag_listed;
     if (c.state == conn_state::free || c.state == conn_state::dead) continue;
@@ -208,12 +215,18 @@ void shard::close_now(std::uint32_t i) noexcept {
 }
 
 void shard::finish_dead(std::uint32_t i) noexcept {
+  if (_fanning) {  // a fan-out is walking a topic's subscribers: release the slot after it
+    _release_later.push_back(i);
+    return;
+  }
   connection& c = _conns.at(i);
   if (c.tx) {
     out_queue& q = *block_as<out_queue>(c.tx);
     for (; q.count; --q.count, q.head = (q.head + 1) % q.cap) pool::frame_ref::from_raw(q.slots()[q.head]);
     c.tx.reset();
   }
+  if (_topics.unsubscribe_all(i)) count_subscriptions();  // a reused slot starts with no topics
+  _sessions.clear(i);
   set_state(i, conn_state::free);
   _conns.release(i);
 }

@@ -121,7 +121,7 @@ void shard::ws_read(std::uint32_t i, std::span<std::uint8_t> bytes) noexcept {
 bool shard::ws_consume(std::uint32_t i, proto::ws_reader& r, std::span<std::uint8_t> bytes,
                        std::size_t& used) noexcept {
   const std::uint32_t gen = _conns.at(i).gen;
-  proto::ws_limits limits{_cfg.max_frame_bytes, _cfg.max_message_bytes};
+  proto::ws_limits limits{std::min(_cfg.max_frame_bytes, _cfg.message_limit()), _cfg.message_limit()};
   ws_events h{this, i};
   auto res = r.consume(bytes, limits, h);
   connection& c = _conns.at(i);
@@ -137,6 +137,13 @@ bool shard::ws_consume(std::uint32_t i, proto::ws_reader& r, std::span<std::uint
 
 bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::span<std::uint8_t> piece) noexcept {
   _n.messages_in.add();
+  if (_cfg.mode == app_mode::pubsub) {
+    if (!msg)
+      return client_message(i, op, {reinterpret_cast<const char*>(piece.data()), piece.size()}, piece.size());
+    constexpr std::size_t at = rx_state::header_room;
+    return client_message(i, op, {reinterpret_cast<const char*>(msg.data()) + at, msg.size() - at},
+                          msg.capacity() - at);
+  }
   if (_cfg.mode == app_mode::broadcast && op != proto::opcode::text) return true;
   std::uint8_t hdr[proto::max_server_header_size];
   pool::lease frame;
@@ -205,16 +212,17 @@ void shard::note_message_timer(std::uint32_t i, const proto::ws_reader& r) noexc
   if (r.in_message() || r.mid_frame()) {
     if (!(c.flags & flag_timer_message)) {
       c.flags |= flag_timer_message;
-      _wheel.arm(i, ticks_for(_cfg.message_timeout));
+      arm_open(i, ticks_for(_cfg.message_timeout));
     }
   } else if (c.flags & flag_timer_message) {
     c.flags &= ~flag_timer_message;
-    _wheel.arm(i, ticks_for(_cfg.ping_interval));
+    arm_open(i, ticks_for(_cfg.ping_interval));
   }
 }
 
 void shard::on_open_timer(std::uint32_t i) noexcept {
   connection& c = _conns.at(i);
+  if ((c.flags & flag_timer_exp) && on_expiry_timer(i)) return;
   if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
     _n.timeouts.add();
     return fail(i, proto::close_code::policy_violation);
@@ -224,10 +232,10 @@ void shard::on_open_timer(std::uint32_t i) noexcept {
     return close_now(i);
   }
   const std::uint32_t silent = _wheel.now() - c.last_rx, interval = ticks_for(_cfg.ping_interval);
-  if (silent < interval) return _wheel.arm(i, interval - silent);
+  if (silent < interval) return arm_open(i, interval - silent);
   c.flags |= flag_ping_sent;
   queue_control(i, proto::opcode::ping, {});
-  _wheel.arm(i, ticks_for(_cfg.pong_timeout));
+  arm_open(i, ticks_for(_cfg.pong_timeout));
 }
 
 }  // namespace wspush::server
