@@ -52,7 +52,10 @@ void log_startup(const config& cfg, const nofile_limits& nf) {
   log(log_level::info, "allocator: mimalloc %d", mi_version());
 #endif
   if (cfg.auth_none)
-    log(log_level::warn, "auth: NONE (--auth=none): anyone who can reach the port may connect without a token");
+    log(log_level::warn, "auth: NONE (--auth=none): anyone who can reach the port may connect without a token%s",
+        cfg.mode != app_mode::pubsub ? ""
+        : cfg.allow_client_publish ? " and subscribe to ANY topic and PUBLISH to any topic (--allow-client-publish)"
+                                   : " and subscribe to ANY topic (clients cannot publish)");
   else
     log(log_level::info, "auth: HS256 tokens (?token= or cookie wspush_token)");
 }
@@ -112,6 +115,18 @@ int run(const config& cfg) {
   std::optional<wspush::proto::jwt_verifier> tokens;
   if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
   shard_group group;
+  std::optional<hub> bus;
+  if (cfg.mode == app_mode::pubsub) {
+    wspush::server::pubsub::history_options ho;
+    ho.size_per_topic = cfg.history_size;
+    ho.ttl_ns = std::uint64_t(cfg.history_ttl * 1e9);
+    ho.max_bytes = cfg.history_max_bytes;
+    bus.emplace(ho, buffers, group.shards);
+    group.hub = &*bus;
+    log(log_level::info, "history: %u events per topic, %gs, at most %llu bytes in all (epoch %.*s)", cfg.history_size,
+        cfg.history_ttl, (unsigned long long)cfg.history_max_bytes, int(bus->history().epoch().size()),
+        bus->history().epoch().data());
+  }
   group.cfg = &cfg;
   group.tokens = tokens ? &*tokens : nullptr;
   group.tasks = &tasks;
@@ -126,8 +141,13 @@ int run(const config& cfg) {
   else log(log_level::info, "io backend: %s", shards[0]->backend_name());
   metrics_registry metrics;
   register_process_metrics(metrics, group.shards, tasks);
-  no_pubsub_sink sink;
-  admin_server admin(admin_options_of(cfg), sink, &metrics);
+  no_pubsub_sink no_sink;
+  std::optional<hub_sink> sink;
+  if (bus) {
+    register_pubsub_metrics(metrics, group.shards, *bus);
+    sink.emplace(*bus);
+  }
+  admin_server admin(admin_options_of(cfg), sink ? static_cast<publish_sink&>(*sink) : no_sink, &metrics);
   admin.start();
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
   log(log_level::info, "listening on %s (mode=%s, threads=%u)", local_name(listeners[0]).c_str(), mode_name(cfg.mode),

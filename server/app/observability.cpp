@@ -67,10 +67,56 @@ void register_pool_series(metrics_registry& m, pool::task_pool& tasks) {
   });
 }
 
+void register_lag_series(metrics_registry& m, const std::vector<shard*>& shards) {
+  m.add_histogram_fn("wspush_reactor_loop_lag_seconds", [shards] {
+    histogram_snapshot h;
+    for (std::uint64_t b : shard_counters::lag_bounds_ns) h.bounds.push_back(double(b) / 1e9);
+    h.counts.assign(std::size(shard_counters{}.lag_buckets), 0);
+    std::uint64_t sum_ns = 0;
+    for (const shard* s : shards) {
+      for (std::size_t b = 0; b < h.counts.size(); ++b) h.counts[b] += s->counters().lag_buckets[b].get();
+      sum_ns += s->counters().lag_sum_ns.get();
+    }
+    h.sum = double(sum_ns) / 1e9;
+    return h;
+  });
+}
+
 }  // namespace
+
+void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, hub& bus) {
+  hub* b = &bus;
+  // The admin listener counts its own publishes (source="admin"); these are the clients' `pub`.
+  const std::pair<const char*, shard_counter shard_counters::*> client_pubs[] = {
+      {"ok", &shard_counters::client_pubs_ok},
+      {"forbidden", &shard_counters::client_pubs_forbidden},
+      {"unavailable", &shard_counters::client_pubs_unavailable},
+  };
+  for (const auto& [result, member] : client_pubs)
+    m.add_counter_fn("wspush_publishes_total", sum_of(shards, member), {}, {{"source", "client"}, {"result", result}});
+  m.add_counter_fn("wspush_fanout_deliveries_total", sum_of(shards, &shard_counters::deliveries));
+  m.add_counter_fn("wspush_messages_dropped_total", sum_of(shards, &shard_counters::drops_slow), {},
+                   {{"reason", "slow_consumer"}});
+  m.add_counter_fn("wspush_messages_dropped_total", sum_of(shards, &shard_counters::drops_closed), {},
+                   {{"reason", "closed"}});
+  m.add_counter_fn("wspush_client_errors_total", sum_of(shards, &shard_counters::client_errors));
+  m.add_counter_fn("wspush_token_expired_closes_total", sum_of(shards, &shard_counters::token_expired_closes));
+  m.add_gauge_fn("wspush_topics", sum_of(shards, &shard_counters::topics));
+  m.add_gauge_fn("wspush_subscriptions", sum_of(shards, &shard_counters::subscriptions));
+  m.add_gauge_fn("wspush_history_messages", [b] { return double(b->history().stats().entries); });
+  m.add_gauge_fn("wspush_history_bytes", [b] { return double(b->history().stats().bytes); });
+  m.add_gauge_fn("wspush_history_topics", [b] { return double(b->history().stats().topics); });
+  m.add_counter_fn("wspush_history_evictions_total", [b] { return double(b->history().stats().evicted_size); }, {},
+                   {{"cause", "size"}});
+  m.add_counter_fn("wspush_history_evictions_total", [b] { return double(b->history().stats().evicted_ttl); }, {},
+                   {{"cause", "ttl"}});
+  m.add_counter_fn("wspush_history_evictions_total", [b] { return double(b->history().stats().evicted_memory); },
+                   {}, {{"cause", "memory"}});
+}
 
 void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks) {
   register_shard_series(m, shards);
+  register_lag_series(m, shards);
   register_pool_series(m, tasks);
 }
 
