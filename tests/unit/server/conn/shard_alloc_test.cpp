@@ -1,5 +1,6 @@
 // Proves the steady-state paths of a shard allocate nothing: echoing messages, answering
-// pings, and accepting, upgrading and closing connections, on both io backends. The binary
+// pings, and accepting, upgrading and closing connections; in pubsub mode, publishing through
+// the hub to subscribed connections and sub/unsub round trips; on both io backends. The binary
 // links the counting global operator new (tests/support/counting_alloc: the buffer pool, the
 // slab and every std:: container get their memory through it), counted on every thread; a
 // real shard runs on its own thread and a raw socket client drives it.
@@ -24,6 +25,7 @@
 #include "proto/ws_frame.hpp"
 #include "server/conn/shard.hpp"
 #include "server/net/socket_ops.hpp"
+#include "server/pubsub/hub.hpp"
 #include "tests/support/counting_alloc.hpp"
 
 using namespace wspush;
@@ -114,11 +116,12 @@ struct running_shard {
   shard_group group;
   int listen_fd;
   std::uint16_t port;
+  std::unique_ptr<hub> bus;
   std::unique_ptr<shard> s;
   std::thread t;
 
-  explicit running_shard(io_kind io) {
-    cfg.mode = app_mode::echo;
+  explicit running_shard(io_kind io, app_mode mode = app_mode::echo) {
+    cfg.mode = mode;
     cfg.io = io;
     cfg.threads = 1;
     listen_fd = make_listener(parse_endpoint("127.0.0.1:0"), 128);
@@ -126,6 +129,10 @@ struct running_shard {
     group.cfg = &cfg;
     group.tasks = &tasks;
     group.buffers = &buffers;
+    if (mode == app_mode::pubsub) {
+      bus = std::make_unique<hub>(pubsub::history_options{.size_per_topic = 10, .epoch = "t"}, buffers, group.shards);
+      group.hub = bus.get();
+    }
     s = std::make_unique<shard>(group, 0, listen_fd);
     group.shards.push_back(s.get());
     std::string why;
@@ -196,7 +203,72 @@ void check_backend(io_kind io) {
   CHECK(after_connects - after_echo == 0);   // 200 accept/upgrade/close cycles: no allocation
 }
 
+// Sends `text` as one message and reads one text frame back; false on anything else.
+bool request(client& c, const std::string& text) {
+  std::size_t got = 0;
+  return c.send_frame(proto::opcode::text, text.data(), text.size()) && c.read_frame(got) == 1;
+}
+
+// `n` times: publishes an event to "all" and one to each client's mailbox, then every client
+// reads its two (so the backlog, and with it the pool's high-water mark, is the same each time).
+bool publish_round(hub& bus, client* clients, int count, int n) {
+  pubsub::history_id id;
+  char topic[32];
+  for (int k = 0; k < n; ++k) {
+    if (!bus.publish("all", R"({"n":1})", id, true)) return false;
+    for (int m = 0; m < count; ++m) {
+      int len = std::snprintf(topic, sizeof topic, "mailbox:%d", m);
+      if (!bus.publish({topic, std::size_t(len)}, R"({"new":"mail"})", id, true)) return false;
+    }
+    for (int m = 0; m < count; ++m)
+      for (int e = 0; e < 2; ++e) {
+        std::size_t got = 0;
+        if (clients[m].read_frame(got) != 1) return false;
+      }
+  }
+  return true;
+}
+
+void check_pubsub(io_kind io) {
+  std::unique_ptr<running_shard> rs;
+  try {
+    rs = std::make_unique<running_shard>(io, app_mode::pubsub);
+  } catch (const std::exception& e) {
+    WARN(e.what());
+    return;
+  }
+  constexpr int count = 20;
+  static client clients[count];
+  for (int m = 0; m < count; ++m) {
+    REQUIRE(clients[m].connect_to(rs->port));
+    REQUIRE(request(clients[m], R"({"op":"sub","topics":["all","mailbox:)" + std::to_string(m) + R"("]})"));
+  }
+  const std::string sub = R"({"op":"sub","topics":["extra"],"since":{"extra":"t:1"}})";
+  const std::string unsub = R"({"op":"unsub","topics":["extra"]})";
+  auto sub_cycles = [&](int n) {
+    for (int k = 0; k < n; ++k)
+      if (!request(clients[0], sub) || !request(clients[0], unsub)) return false;
+    return true;
+  };
+  REQUIRE(publish_round(*rs->bus, clients, count, 200));  // warm-up, same shape: histories full, peak backlog cached
+  REQUIRE(sub_cycles(50));
+
+  std::uint64_t before = wspush::test::allocation_count();
+  bool published = publish_round(*rs->bus, clients, count, 200);
+  std::uint64_t after_publish = wspush::test::allocation_count();
+  bool subscribed = sub_cycles(500);
+  std::uint64_t after_subs = wspush::test::allocation_count();
+  for (client& c : clients) c.close_fd();
+  CHECK(published);
+  CHECK(subscribed);
+  CHECK(after_publish - before == 0);      // 4,200 publishes, 8,000 deliveries: no allocation
+  CHECK(after_subs - after_publish == 0);  // 500 sub (with since) + unsub round trips: none
+}
+
 }  // namespace
+
+TEST_CASE("shard: pubsub publish and sub/unsub allocate nothing once warm (epoll)") { check_pubsub(io_kind::epoll); }
+TEST_CASE("shard: pubsub publish and sub/unsub allocate nothing once warm (io_uring)") { check_pubsub(io_kind::uring); }
 
 TEST_CASE("shard: echo, ping and connection churn allocate nothing once warm (epoll)") { check_backend(io_kind::epoll); }
 TEST_CASE("shard: echo, ping and connection churn allocate nothing once warm (io_uring)") { check_backend(io_kind::uring); }
