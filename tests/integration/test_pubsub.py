@@ -6,6 +6,7 @@
   signature / expired / missing token gets 401, and an open connection whose token expires is
   closed with 1008;
 - sub / unsub / pub and their replies; malformed messages get errors and never disturb others;
+  an oversized message is closed with 1009, 8 refused messages in a row with 1008;
 - an admin publish reaches exactly the subscribed connections and no others;
 - 1,000 mailboxes with 2 tabs each: every tab gets its own mailbox's event and nothing else;
 - resume: `since` replays what was missed, in order, then live, with no gap and no duplicate at
@@ -188,6 +189,24 @@ async def protocol(server: ServerProcess, admin: Admin) -> None:
     check(text.endswith('"data":' + raw + "}"), f"data not byte for byte: {text!r}")
     check(len(await until_fence(other)) == 1, "the other connection was disturbed")
     await ws.close()
+    # abuse: a message over the limit (64 KiB in pubsub mode) is closed with 1009, and a client
+    # whose messages keep being refused is closed with 1008 after 8 in a row
+    for payload, code in [(json.dumps({"op": "pub", "topic": "a", "data": "x" * 70000}), 1009), (None, 1008)]:
+        bad = await websockets.connect(url(server, token(["a"])), max_size=None)
+        try:
+            if payload:
+                await bad.send(payload)
+            else:
+                for _ in range(8):
+                    await bad.send('{"op":"dance"}')
+            while True:
+                await asyncio.wait_for(bad.recv(), scaled(10))
+        except websockets.exceptions.ConnectionClosed:
+            pass
+        check(bad.close_code == code, f"abuse closed with {bad.close_code}, expected {code}")
+    admin.publish("fence", 1)
+    left = await until_fence(other)  # the second publish to a, and nothing from the abusers
+    check([m["topic"] for m in left] == ["a"], f"the other connection was disturbed by the abuse: {left}")
     await other.close()
 
 
