@@ -103,7 +103,7 @@ const std::vector<option>& options() {
       {"threads", "N", "reactor threads (shards); 0: one per core",
        [](const config& c) { return std::to_string(c.threads); },
        [](config& c, std::string_view v) { c.threads = parse_uint<unsigned>("threads", v, 0, 1024); }},
-      {"auth", "none", "none: no token required, anyone may connect (else a JWT secret is required)",
+      {"auth", "none", "none: no token required: anyone may connect and subscribe to any topic (else a JWT secret is required)",
        [](const config& c) { return std::string(c.auth_none ? "none" : "(unset)"); },
        [](config& c, std::string_view v) {
          if (v != "none") bad("auth", v, "'none'");
@@ -142,7 +142,7 @@ const std::vector<option>& options() {
       {"history-max-bytes", "N", "memory cap of the whole history; past it the oldest events go first",
        [](const config& c) { return std::to_string(c.history_max_bytes); },
        [](config& c, std::string_view v) {
-         c.history_max_bytes = parse_uint<std::uint64_t>("history-max-bytes", v, 0, std::uint64_t(1) << 40);
+         c.history_max_bytes = parse_uint<std::uint64_t>("history-max-bytes", v, 65536, std::uint64_t(1) << 40);
        }},
       {"upgrade-timeout", "SECONDS", "time allowed to complete the HTTP upgrade", SECS(upgrade_timeout)},
       {"close-timeout", "SECONDS", "time the peer gets to answer our close frame", SECS(close_timeout)},
