@@ -100,6 +100,10 @@ class shard final : io_handler {
   /// wake() after a batch.
   void post(inbox_item item, bool wake = true) noexcept;
   void wake() noexcept;
+  /// The inbox is over three quarters full (approximate; any thread). A shard must not post
+  /// to a crowded sibling: post() waits for room, and two shards waiting on each other's
+  /// full inbox would wait forever. Below the mark there is room for thousands more.
+  bool inbox_crowded() const noexcept { return _inbox.size_approx() > _inbox.capacity() / 4 * 3; }
   const shard_counters& counters() const noexcept { return _n; }
 
  private:

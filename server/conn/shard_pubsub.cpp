@@ -168,7 +168,7 @@ void shard::client_pub(std::uint32_t i) noexcept {
     return client_error(i, proto::client_error::forbidden, env.topic);
   }
   pubsub::history_id id;
-  if (!_g.hub->publish(env.topic, env.data, id, true)) {
+  if (_g.hub->crowded() || !_g.hub->publish(env.topic, env.data, id, true)) {
     _n.client_pubs_unavailable.add();
     return client_error(i, proto::client_error::unavailable, env.topic);
   }

@@ -167,6 +167,8 @@ bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::sp
   if (_cfg.mode == app_mode::echo) {
     if (queue(i, std::move(f))) _n.messages_out.add();
   } else {
+    for (shard* other : _g.shards)  // overload: never wait on a sibling's full inbox from here
+      if (other != this && other->inbox_crowded()) return start_close(i, proto::close_code::try_again_later, true), false;
     for (shard* other : _g.shards)
       if (other != this) other->post({inbox_item::broadcast, pool::frame_ref(f).release_raw()});
     broadcast_local(f);

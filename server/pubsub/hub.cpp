@@ -53,6 +53,12 @@ bool hub::publish(std::string_view topic, std::string_view data_raw, pubsub::his
   return true;
 }
 
+bool hub::crowded() const noexcept {
+  for (const shard* s : _shards)
+    if (s->inbox_crowded()) return true;
+  return false;
+}
+
 void hub::wake_all() noexcept {
   for (shard* s : _shards) s->wake();
 }

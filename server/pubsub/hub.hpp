@@ -37,6 +37,9 @@ class hub {
   /// memory (nothing was published).
   bool publish(std::string_view topic, std::string_view data_raw, pubsub::history_id& id, bool wake) noexcept;
   void wake_all() noexcept;
+  /// Some shard's inbox is crowded (shard::inbox_crowded). A publish from a shard's own thread
+  /// (a client's `pub`) is refused then instead of waiting; other threads may wait.
+  bool crowded() const noexcept;
 
   pubsub::history& history() noexcept { return _history; }
 
