@@ -22,6 +22,9 @@ namespace {
 constexpr std::uint32_t tick_ms = 50;
 constexpr std::uint32_t wheel_slots = 4096;  // 204 s per turn
 constexpr std::uint32_t inbox_capacity = 1 << 16;
+/// Fan-out deliveries one loop iteration may queue from the inbox (see drain_inbox): a few
+/// milliseconds of queueing; the sends they cause go out in slices of their own (shard_out.cpp).
+constexpr std::uint64_t inbox_delivery_budget = 131072;
 constexpr std::uint32_t expire_every_ticks = 1000 / tick_ms;  // the history's TTL sweep: once a second
 
 std::uint64_t monotonic_ns() noexcept {
@@ -94,8 +97,11 @@ std::uint32_t shard::lookup(conn_token t) noexcept {
 void shard::run() noexcept {
   _start_ns = monotonic_ns();
   while (!(_draining && _conns.size() == 0)) {
-    // Output left on the flush list (a big fan-out goes out in slices): do not wait for events.
-    _io->poll(*this, _flush_head != no_index ? 0 : int(tick_ms));
+    // Output left on the flush list or events left in the inbox (a big fan-out goes out in
+    // slices): do not wait for new events.
+    _inbox_turn_used = false;
+    _io->poll(*this, _flush_head != no_index || _inbox_more ? 0 : int(tick_ms));
+    if (_inbox_more && !_inbox_turn_used) drain_inbox();
     auto tick = std::uint32_t((monotonic_ns() - _start_ns) / (tick_ms * 1'000'000ull)) + 1;
     if (tick != _wheel.now()) {
       _wheel.advance(tick, [this](std::uint32_t i) { on_timer(i); });
@@ -201,6 +207,18 @@ void shard::on_timer(std::uint32_t i) noexcept {
 }
 
 void shard::on_wake() noexcept {
+  if (_inbox_turn_used) _inbox_more = true;  // one slice per iteration: the next one takes it
+  else drain_inbox();
+}
+
+/// Handles what other threads posted, up to a budget of fan-out deliveries: a burst of
+/// publishes to a big topic is spread over loop iterations (the rest waits in the inbox and
+/// run() comes back for it without waiting for events), so reads, timers and sends of the
+/// other connections are served between the slices.
+void shard::drain_inbox() noexcept {
+  const std::uint64_t stop_at = _n.deliveries.get() + inbox_delivery_budget;
+  _inbox_more = false;
+  _inbox_turn_used = true;
   inbox_item item;
   while (_inbox.try_pop(item)) {
     switch (item.kind) {
@@ -208,6 +226,10 @@ void shard::on_wake() noexcept {
       case inbox_item::broadcast: broadcast_local(pool::frame_ref::from_raw(item.ptr)); break;
       case inbox_item::event: on_event(pool::frame_ref::from_raw(item.ptr), item.seq, item.part); break;
       case inbox_item::drain: begin_drain(); break;
+    }
+    if (_n.deliveries.get() >= stop_at) {
+      _inbox_more = true;
+      return;
     }
   }
 }

@@ -168,6 +168,7 @@ class shard final : io_handler {
   void set_state(std::uint32_t i, conn_state s) noexcept;
   void on_timer(std::uint32_t i) noexcept;
   void begin_drain() noexcept;
+  void drain_inbox() noexcept;
   void drain_step() noexcept;
   void pause_accepting(std::uint32_t ticks) noexcept;
   std::uint32_t ticks_for(double seconds) const noexcept;
@@ -208,6 +209,8 @@ class shard final : io_handler {
   std::vector<pool::frame_ref> _replay;      // scratch: a sub's replayed events
   std::vector<std::uint32_t> _release_later; // slots closed during a fan-out
   bool _fanning = false;
+  bool _inbox_more = false;                  // drain_inbox stopped at its budget
+  bool _inbox_turn_used = false;             // drain_inbox ran in this loop iteration
   shard_counters _n;
 };
 
