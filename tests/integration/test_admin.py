@@ -5,41 +5,17 @@ messages and bytes in and out, pool series); the publish endpoints answer 503 in
 pub/sub); on SIGTERM /readyz turns 503 while the connections drain, and the process exits 0.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
-import http.client
 import os
-import re
 import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_testlib import (OP_TEXT, RawWebSocket, ServerProcess, arg_parser, check, http_exchange,  # noqa: E402
-                         run_main, run_step, scaled, upgrade_request)
-
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.eE+-]+|NaN|\+Inf|-Inf)$')
-
+                         http_request, run_main, run_step, scaled, upgrade_request)
+from wsp_testlib import scrape_metrics as metrics  # noqa: E402
 
 def get(port: int, path: str, method: str = "GET", body: bytes = b"") -> tuple[int, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=scaled(10))
-    try:
-        conn.request(method, path, body=body or None)
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode()
-    finally:
-        conn.close()
-
-
-def metrics(port: int) -> dict:
-    """Parses the exposition strictly enough for this test: every line a comment or a sample."""
-    status, text = get(port, "/metrics")
-    check(status == 200, f"/metrics answered {status}")
-    values = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE.match(line)
-        check(m is not None, f"not a Prometheus sample line: {line!r}")
-        values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return values
+    return http_request(port, method, path, body)
 
 
 def counters_match_traffic(server: ServerProcess, admin: int) -> None:

@@ -22,10 +22,8 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -33,10 +31,10 @@ import time
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import ServerProcess, arg_parser, check, run_main, run_step, scaled  # noqa: E402
+from wsp_testlib import (ServerProcess, admin_port, arg_parser, check, http_request, run_main,  # noqa: E402
+                         run_step, scaled, scrape_metrics)
 
 SECRET = "pubsub-test-secret"
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.eE+-]+|NaN|\+Inf|-Inf)$')
 
 
 def mint(claims: dict, secret: str = SECRET) -> str:
@@ -56,16 +54,10 @@ def token(topics, pub=None, exp_in: float = 3600, secret: str = SECRET) -> str:
 
 class Admin:
     def __init__(self, server: ServerProcess):
-        self.port = int(server.wait_for_log(r"admin API at [0-9.]+:(\d+)", scaled(10)).group(1))
+        self.port = admin_port(server)
 
     def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=scaled(30))
-        try:
-            conn.request(method, path, body=body or None)
-            resp = conn.getresponse()
-            return resp.status, resp.read().decode()
-        finally:
-            conn.close()
+        return http_request(self.port, method, path, body)
 
     def publish(self, topic: str, data) -> str:
         status, body = self.request("POST", "/publish", json.dumps({"topic": topic, "data": data}).encode())
@@ -81,15 +73,7 @@ class Admin:
         return [r["id"] for r in results]
 
     def metrics(self) -> dict:
-        status, text = self.request("GET", "/metrics")
-        check(status == 200, f"/metrics answered {status}")
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                m = SAMPLE.match(line)
-                check(m is not None, f"not a Prometheus sample line: {line!r}")
-                values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-        return values
+        return scrape_metrics(self.port)
 
 
 def url(server: ServerProcess, tok: str = "") -> str:

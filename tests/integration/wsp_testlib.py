@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import ctypes
+import http.client
 import os
 import re
 import signal
@@ -203,6 +204,43 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+# --------------------------------------------------------------------------------------------------
+# The admin listener
+# --------------------------------------------------------------------------------------------------
+
+PROMETHEUS_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.eE+-]+|NaN|\+Inf|-Inf)$')
+
+
+def admin_port(server: ServerProcess) -> int:
+    return int(server.wait_for_log(r"admin API at [0-9.]+:(\d+)", scaled(10)).group(1))
+
+
+def http_request(port: int, method: str, path: str, body: bytes = b"") -> "tuple[int, str]":
+    """One HTTP/1.1 request to 127.0.0.1:port; returns (status, body text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=scaled(30))
+    try:
+        conn.request(method, path, body=body or None)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def scrape_metrics(port: int) -> dict:
+    """GET /metrics, parsed strictly enough for the tests: every line a comment or a sample.
+    Keys are the series as written (`name{labels}`)."""
+    status, text = http_request(port, "GET", "/metrics")
+    check(status == 200, f"/metrics answered {status}")
+    values = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = PROMETHEUS_SAMPLE.match(line)
+        check(m is not None, f"not a Prometheus sample line: {line!r}")
+        values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return values
 
 
 # --------------------------------------------------------------------------------------------------
