@@ -9,6 +9,7 @@ pkgs=(
   liburing-dev libssl-dev libsimdjson-dev libmimalloc-dev libhiredis-dev
   catch2 libbenchmark-dev clang-14 libclang-rt-14-dev
   python3 python3-websockets
+  chromium
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,92 @@
+#pragma once
+/// \file options.hpp
+/// Command line of wspush-loadgen. Parsing may throw std::runtime_error (start-up only).
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wspush::loadgen {
+
+enum class scenario : std::uint8_t { idle, fanout, mailboxes, churn, reconnect_storm, slow_consumers };
+/// pubsub: the wspush protocol (sub, events, admin publish). broadcast: any server that sends
+/// every text message to every client (wspush --mode=broadcast, Node `ws`, uWebSockets...).
+enum class protocol : std::uint8_t { pubsub, broadcast };
+enum class publish_via : std::uint8_t { admin, ws };
+enum class storm_kind : std::uint8_t { client, server };
+
+std::string_view scenario_name(scenario s) noexcept;
+
+/// Everything the parent and its children need; children inherit it across fork().
+struct options {
+  scenario sc = scenario::fanout;
+  protocol proto = protocol::pubsub;
+  publish_via via = publish_via::admin;
+  storm_kind storm = storm_kind::client;
+  std::string url;
+  std::string host_header;   ///< "host:port"
+  std::string path = "/ws";
+  sockaddr_in server{};
+  sockaddr_in admin{};
+  std::string admin_host;    ///< "host:port" for the admin Host header
+  bool admin_given = false;
+  std::string api_key;
+  std::string jwt_secret;
+  double token_ttl = 3600;
+  std::string topic = "lg-fanout";
+  std::string topic_prefix = "lg-mb-";
+  std::uint32_t connections = 1000;
+  std::uint32_t procs = 0;           ///< 0: one per 10,000 connections
+  double connect_rate = 0;           ///< connections/s over all processes; 0: --inflight bound
+  std::uint32_t inflight = 256;      ///< upgrades in progress per process when not rate limited
+  std::vector<in_addr> sources;      ///< source addresses, round robin; empty: the kernel picks
+  std::uint64_t messages = 0;        ///< 0: derived (200, or publish_rate * seconds)
+  double publish_rate = 0;           ///< messages/s; 0: as fast as the server takes them
+  double seconds = 10;               ///< publishing time when --publish-rate is given
+  std::uint32_t size = 64;
+  std::uint32_t pipeline = 32;       ///< admin publishes in flight
+  double hold = 10;                  ///< idle: seconds to hold once all are up
+  double churn_rate = 100;           ///< churn: closes+reopens per second over all processes
+  double churn_fraction = 0.5;
+  double slow_fraction = 0.1;
+  double storm_at = -1;              ///< seconds into publishing; <0: at half of it
+  double connect_timeout = 60;
+  double timeout = 120;              ///< run phase bound
+  double drain_timeout = 5;          ///< after the last publish, give up when nothing came for this long
+  double sample_interval = 1;
+  int server_pid = 0;
+  bool json = false;
+  bool quiet = false;
+  bool progress = false;             ///< force the live line even when stderr is not a terminal
+  std::string report;                ///< HTML report path
+
+  [[nodiscard]] bool publishes() const noexcept { return sc != scenario::idle; }
+  /// Topic of connection `global` (its index over all processes).
+  [[nodiscard]] std::string topic_of(std::uint32_t global) const;
+  /// Number of topics the publisher cycles through.
+  [[nodiscard]] std::uint32_t topic_count() const noexcept {
+    return sc == scenario::mailboxes ? connections : 1;
+  }
+  /// Messages the publisher sends to topic `t` (publishes go round robin over the topics).
+  [[nodiscard]] std::uint64_t messages_for(std::uint32_t t) const noexcept {
+    const std::uint32_t n = topic_count();
+    return messages / n + (t < messages % n ? 1 : 0);
+  }
+  /// Connection `global`'s role in churn / slow-consumers (spread evenly over processes).
+  [[nodiscard]] bool is_churner(std::uint32_t global) const noexcept;
+  [[nodiscard]] bool is_slow(std::uint32_t global) const noexcept;
+};
+
+extern const std::string_view usage_text;
+
+/// Parses argv (`--opt VALUE` or `--opt=VALUE`). Throws std::runtime_error with a message
+/// meant for the user.
+options parse_options(int argc, char** argv);
+
+/// "127.0.0.2-127.0.0.250" (inclusive), one address, or "none". Throws on a bad range.
+std::vector<in_addr> parse_sources(std::string_view text);
+
+}  // namespace wspush::loadgen

@@ -1,0 +1,71 @@
+#pragma once
+/// \file sys.hpp
+/// Small system helpers shared by the parent, the workers and the publisher.
+
+#include "loadgen/results.hpp"
+
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <ctime>
+#include <string>
+
+namespace wspush::loadgen {
+
+inline std::uint64_t now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+inline std::uint64_t seconds_to_ns(double s) noexcept { return s <= 0 ? 0 : static_cast<std::uint64_t>(s * 1e9); }
+
+/// Blocking write of every byte (pipes between processes); false when the other end is gone.
+inline bool write_all(int fd, const void* data, std::size_t len) noexcept {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  while (len > 0) {
+    const ssize_t n = ::write(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+/// The counter a failed socket()/bind()/connect() errno belongs to.
+inline ctr classify_errno(int e) noexcept {
+  switch (e) {
+    case ECONNREFUSED: return ctr::err_refused;
+    case ETIMEDOUT: return ctr::err_timed_out;
+    case EADDRNOTAVAIL:
+    case EADDRINUSE: return ctr::err_addr_not_avail;
+    case ECONNRESET:
+    case EPIPE: return ctr::err_reset;
+    case EMFILE:
+    case ENFILE: return ctr::err_too_many_files;
+    default: return ctr::err_other;
+  }
+}
+
+/// The counter for an upgrade answered with `status` (not 101).
+inline ctr classify_status(int status) noexcept {
+  switch (status) {
+    case 401: return ctr::http_401;
+    case 403: return ctr::http_403;
+    case 503: return ctr::http_503;
+    default: return ctr::http_other;
+  }
+}
+
+/// A JWT for one connection: may subscribe to `topic` (and publish to everything when `publisher`).
+/// Empty when no secret is configured.
+std::string mint_token(const std::string& secret, const std::string& topic, bool publisher, double ttl_s);
+
+/// Opens a non-blocking TCP socket bound to `source` (when non-null, port chosen at connect time)
+/// and starts connecting. Returns the fd, or -errno.
+int start_connect(const sockaddr_in& server, const in_addr* source) noexcept;
+
+}  // namespace wspush::loadgen

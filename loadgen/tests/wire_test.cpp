@@ -1,0 +1,156 @@
+#include "loadgen/publisher.hpp"
+#include "loadgen/wire.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+using namespace wspush::loadgen;
+
+namespace {
+
+struct collect {
+  std::vector<std::string> messages;
+  std::vector<std::string> pings;
+  int closes = 0;
+  void on_message(std::span<const std::uint8_t> m, std::uint8_t) {
+    messages.emplace_back(reinterpret_cast<const char*>(m.data()), m.size());
+  }
+  void on_ping(std::span<const std::uint8_t> p) { pings.emplace_back(reinterpret_cast<const char*>(p.data()), p.size()); }
+  void on_close(std::span<const std::uint8_t>) { ++closes; }
+};
+
+std::string server_frame(std::uint8_t first, std::string_view payload) {
+  std::string f(1, static_cast<char>(first));
+  if (payload.size() < 126) {
+    f += static_cast<char>(payload.size());
+  } else {
+    f += static_cast<char>(126);
+    f += static_cast<char>(payload.size() >> 8);
+    f += static_cast<char>(payload.size() & 0xff);
+  }
+  return f + std::string(payload);
+}
+
+std::span<const std::uint8_t> bytes(std::string_view s) {
+  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+TEST_CASE("wire: payload is JSON of the asked size and reads back") {
+  std::vector<char> buf(512);
+  for (std::size_t size : {16u, 48u, 64u, 300u}) {
+    const std::size_t n = write_payload(buf, size, 123456, 987654321012345ull);
+    const std::string_view p(buf.data(), n);
+    CHECK(p.starts_with(R"({"s":123456,"t":987654321012345)"));
+    CHECK(p.back() == '}');
+    if (size >= 48) CHECK(n == size);
+    const delivery d = read_delivery(p);
+    CHECK(d.ok);
+    CHECK(d.seq == 123456);
+    CHECK(d.send_ns == 987654321012345ull);
+    CHECK(d.topic.empty());
+  }
+}
+
+TEST_CASE("wire: a pub/sub event yields topic, id and payload") {
+  const std::string ev = R"({"topic":"lg-mb-42","id":"k3f9:18","data":{"s":7,"t":99,"p":"...."}})";
+  const delivery d = read_delivery(ev);
+  CHECK(d.ok);
+  CHECK(d.seq == 7);
+  CHECK(d.send_ns == 99);
+  CHECK(d.topic == "lg-mb-42");
+  CHECK(d.id == "k3f9:18");
+  CHECK(classify(ev) == server_msg::event);
+  CHECK_FALSE(read_delivery(R"({"s":x,"t":1})").ok);
+  CHECK_FALSE(read_delivery("hello").ok);
+}
+
+TEST_CASE("wire: server messages are told apart") {
+  CHECK(classify(R"({"op":"subbed","topics":["a"],"lost":[]})") == server_msg::subbed);
+  CHECK(classify(R"({"op":"error","code":"forbidden","topic":"a"})") == server_msg::error);
+  CHECK(classify(R"({"op":"unsubbed","topics":["a"]})") == server_msg::other);
+  CHECK_FALSE(subbed_reports_lost(R"({"op":"subbed","topics":["a"],"lost":[]})"));
+  CHECK(subbed_reports_lost(R"({"op":"subbed","topics":["a"],"lost":["a"]})"));
+}
+
+TEST_CASE("wire: sub and pub messages") {
+  CHECK(make_sub("t", "") == R"({"op":"sub","topics":["t"]})");
+  CHECK(make_sub("t", "e:5") == R"({"op":"sub","topics":["t"],"since":{"t":"e:5"}})");
+  CHECK(make_pub("t", R"({"s":1})") == R"({"op":"pub","topic":"t","data":{"s":1}})");
+  CHECK(make_publish_body("t", R"({"s":1})") == R"({"topic":"t","data":{"s":1}})");
+}
+
+TEST_CASE("wire: upgrade request carries the token, response check reads the status") {
+  const std::string r = make_upgrade_request("/ws", "127.0.0.1:80", "dGhlIHNhbXBsZSBub25jZQ==", "a.b.c");
+  CHECK(r.starts_with("GET /ws?token=a.b.c HTTP/1.1\r\nHost: 127.0.0.1:80\r\n"));
+  CHECK(r.ends_with("\r\n\r\n"));
+  CHECK(expected_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");   // RFC 6455 1.3
+  const upgrade_answer ok = check_upgrade_response(
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+      "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  CHECK(ok.status == 101);
+  CHECK(ok.accept_ok);
+  CHECK(check_upgrade_response("HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: wrong\r\n\r\n", "x").accept_ok == false);
+  CHECK(check_upgrade_response("HTTP/1.1 401 Unauthorized\r\n\r\n", "x").status == 401);
+  CHECK(check_upgrade_response("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n", "x").status == 503);
+  CHECK(check_upgrade_response("garbage\r\n\r\n", "x").status == 0);
+}
+
+TEST_CASE("wire: frame reader handles any split of several frames") {
+  const std::string big(300, 'x');
+  const std::string stream = server_frame(0x81, "hello") + server_frame(0x89, "pp") + server_frame(0x01, "frag") +
+                             server_frame(0x80, "ment") + server_frame(0x81, big) + server_frame(0x88, "\x03\xe9");
+  for (std::size_t step = 1; step <= stream.size(); ++step) {
+    frame_reader r;
+    collect c;
+    for (std::size_t at = 0; at < stream.size(); at += step) {
+      REQUIRE(r.consume(bytes(std::string_view(stream).substr(at, step)), c));
+    }
+    REQUIRE(c.messages.size() == 3);
+    CHECK(c.messages[0] == "hello");
+    CHECK(c.messages[1] == "fragment");
+    CHECK(c.messages[2] == big.substr(0, frame_reader::keep_bytes));
+    CHECK(c.pings == std::vector<std::string>{"pp"});
+    CHECK(c.closes == 1);
+  }
+}
+
+TEST_CASE("wire: frame reader refuses what a server must not send") {
+  collect c;
+  frame_reader a;
+  CHECK_FALSE(a.consume(bytes(std::string("\x81\x85" "abcd" "hello", 11)), c));   // masked
+  frame_reader b;
+  CHECK_FALSE(b.consume(bytes(server_frame(0x80, "x")), c));   // continuation without a start
+  frame_reader d;
+  CHECK_FALSE(d.consume(bytes(server_frame(0x09, "x")), c));   // fragmented ping
+}
+
+TEST_CASE("wire: sequence accounting tells gaps, duplicates and reordering apart") {
+  seq_tracker t;
+  seq_counters c;
+  for (std::uint32_t s : {0u, 1u, 3u, 2u, 3u, 4u}) t.on_seq(s, c);
+  CHECK(c.unique == 5);
+  CHECK(c.gaps == 1);
+  CHECK(c.reordered == 1);
+  CHECK(c.duplicates == 1);
+  t.on_seq(200, c);
+  t.on_seq(1, c);   // far below the window
+  CHECK(c.stale == 1);
+}
+
+TEST_CASE("wire: admin responses are read across any split, pipelined") {
+  const std::string stream =
+      "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n{\"id\":\"e:1\"}"
+      "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"id\":\"e:2\"}";
+  for (std::size_t step = 1; step <= stream.size(); ++step) {
+    response_reader r;
+    std::vector<int> statuses;
+    for (std::size_t at = 0; at < stream.size(); at += step) {
+      REQUIRE(r.consume(std::string_view(stream).substr(at, step), [&](int s) { statuses.push_back(s); }));
+    }
+    CHECK(statuses == std::vector<int>{200, 503, 200});
+  }
+}

@@ -1,0 +1,238 @@
+/// \file wire.cpp
+#include "loadgen/wire.hpp"
+
+#include <openssl/evp.h>
+
+#include <charconv>
+
+namespace wspush::loadgen {
+namespace {
+
+std::string base64(std::span<const std::uint8_t> in) {
+  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < in.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, in.size() - i);
+    std::uint32_t v = std::uint32_t{in[i]} << 16;
+    if (n > 1) v |= std::uint32_t{in[i + 1]} << 8;
+    if (n > 2) v |= in[i + 2];
+    out += alphabet[(v >> 18) & 63];
+    out += alphabet[(v >> 12) & 63];
+    out += n > 1 ? alphabet[(v >> 6) & 63] : '=';
+    out += n > 2 ? alphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return (x | 0x20) == (y | 0x20); });
+}
+
+/// The digits at `pos` in `s`, as a number; advances pos past them. False when there are none.
+bool read_u64(std::string_view s, std::size_t& pos, std::uint64_t& out) noexcept {
+  const char* first = s.data() + pos;
+  const auto [end, ec] = std::from_chars(first, s.data() + s.size(), out);
+  if (ec != std::errc{} || end == first) return false;
+  pos += static_cast<std::size_t>(end - first);
+  return true;
+}
+
+/// The string value after `"key":"` (no escapes: topic names and ids never need them).
+std::string_view string_field(std::string_view msg, std::string_view key_quote) noexcept {
+  const std::size_t at = msg.find(key_quote);
+  if (at == std::string_view::npos) return {};
+  const std::size_t from = at + key_quote.size();
+  const std::size_t end = msg.find('"', from);
+  if (end == std::string_view::npos) return {};
+  return msg.substr(from, end - from);
+}
+
+}  // namespace
+
+std::string make_key(xorshift& rng) {
+  std::array<std::uint8_t, 16> raw{};
+  for (std::size_t i = 0; i < raw.size(); i += 8) {
+    const std::uint64_t v = rng.next();
+    std::memcpy(raw.data() + i, &v, 8);
+  }
+  return base64(raw);
+}
+
+std::string expected_accept(std::string_view key) {
+  std::string input(key);
+  input += "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  std::array<std::uint8_t, EVP_MAX_MD_SIZE> digest{};
+  unsigned int len = 0;
+  EVP_Digest(input.data(), input.size(), digest.data(), &len, EVP_sha1(), nullptr);
+  return base64(std::span<const std::uint8_t>(digest.data(), len));
+}
+
+std::string make_upgrade_request(std::string_view path, std::string_view host, std::string_view key,
+                                 std::string_view token) {
+  std::string r;
+  r.reserve(256 + token.size());
+  r.append("GET ").append(path);
+  if (!token.empty()) r.append(path.find('?') == std::string_view::npos ? "?token=" : "&token=").append(token);
+  r.append(" HTTP/1.1\r\nHost: ").append(host);
+  r.append("\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ").append(key);
+  r.append("\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  return r;
+}
+
+upgrade_answer check_upgrade_response(std::string_view head, std::string_view accept) noexcept {
+  upgrade_answer a;
+  if (head.size() < 12 || head.substr(0, 7) != "HTTP/1." || head[8] != ' ') return a;
+  std::size_t pos = 9;
+  std::uint64_t code = 0;
+  if (!read_u64(head, pos, code) || pos != 12 || code > 999) return a;
+  a.status = static_cast<int>(code);
+  if (a.status != 101) return a;
+  constexpr std::string_view name = "sec-websocket-accept:";
+  for (std::size_t at = head.find("\r\n"); at != std::string_view::npos; at = head.find("\r\n", at + 2)) {
+    const std::string_view line = head.substr(at + 2, head.find("\r\n", at + 2) - at - 2);
+    if (line.size() < name.size() || !iequals(line.substr(0, name.size()), name)) continue;
+    std::string_view v = line.substr(name.size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    a.accept_ok = v == accept;
+    return a;
+  }
+  return a;
+}
+
+std::size_t write_payload(std::span<char> out, std::size_t size, std::uint64_t seq, std::uint64_t send_ns) noexcept {
+  char* p = out.data();
+  char* const end = out.data() + out.size();
+  auto put = [&](std::string_view s) {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  };
+  put(R"({"s":)");
+  p = std::to_chars(p, end, seq).ptr;
+  put(R"(,"t":)");
+  p = std::to_chars(p, end, send_ns).ptr;
+  const auto natural = static_cast<std::size_t>(p - out.data()) + 1;   // with the closing brace
+  const std::size_t pad_room = std::min(size, out.size());
+  if (pad_room >= natural + 7) {   // ,"p":"" is 7 bytes
+    put(R"(,"p":")");
+    const std::size_t dots = pad_room - natural - 7;
+    std::memset(p, '.', dots);
+    p += dots;
+    put("\"");
+  }
+  put("}");
+  return static_cast<std::size_t>(p - out.data());
+}
+
+delivery read_delivery(std::string_view msg) noexcept {
+  delivery d;
+  const std::size_t at = msg.find(R"({"s":)");
+  if (at == std::string_view::npos) return d;
+  std::size_t pos = at + 5;
+  if (!read_u64(msg, pos, d.seq)) return d;
+  if (msg.substr(pos, 5) != R"(,"t":)") return d;
+  pos += 5;
+  if (!read_u64(msg, pos, d.send_ns)) return d;
+  if (at > 0) {   // inside an event: the envelope precedes data
+    const std::string_view envelope = msg.substr(0, at);
+    d.topic = string_field(envelope, R"("topic":")");
+    d.id = string_field(envelope, R"("id":")");
+  }
+  d.ok = true;
+  return d;
+}
+
+std::string make_sub(std::string_view topic, std::string_view since) {
+  std::string m;
+  m.reserve(64 + 2 * topic.size() + since.size());
+  m.append(R"({"op":"sub","topics":[")").append(topic).append("\"]");
+  if (!since.empty()) m.append(R"(,"since":{")").append(topic).append(R"(":")").append(since).append("\"}");
+  m.append("}");
+  return m;
+}
+
+std::string make_pub(std::string_view topic, std::string_view payload) {
+  std::string m;
+  m.reserve(40 + topic.size() + payload.size());
+  m.append(R"({"op":"pub","topic":")").append(topic).append(R"(","data":)").append(payload).append("}");
+  return m;
+}
+
+std::string make_publish_body(std::string_view topic, std::string_view payload) {
+  std::string m;
+  m.reserve(24 + topic.size() + payload.size());
+  m.append(R"({"topic":")").append(topic).append(R"(","data":)").append(payload).append("}");
+  return m;
+}
+
+server_msg classify(std::string_view msg) noexcept {
+  const std::size_t op = msg.find(R"("op":")");
+  if (op == std::string_view::npos || op > 8) return msg.find(R"({"s":)") != std::string_view::npos ? server_msg::event : server_msg::other;
+  const std::string_view rest = msg.substr(op + 6);
+  if (rest.starts_with("subbed\"")) return server_msg::subbed;
+  if (rest.starts_with("error\"")) return server_msg::error;
+  return server_msg::other;
+}
+
+bool subbed_reports_lost(std::string_view msg) noexcept {
+  const std::size_t at = msg.find(R"("lost":[)");
+  return at != std::string_view::npos && at + 8 < msg.size() && msg[at + 8] != ']';
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void frame_reader::keep(std::span<const std::uint8_t> bytes) noexcept {
+  std::uint8_t& len = _control ? _ctrl_len : _data_len;
+  std::uint8_t* dst = _control ? _ctrl.data() : _data.data();
+  const std::size_t cap = _control ? control_bytes : keep_bytes;
+  const std::size_t n = std::min(cap - len, bytes.size());
+  std::memcpy(dst + len, bytes.data(), n);
+  len = static_cast<std::uint8_t>(len + n);
+}
+
+bool frame_reader::take_header(std::span<const std::uint8_t>& in) noexcept {
+  proto::header_result r{};
+  std::size_t used = 0;
+  if (_hdr_len == 0) {
+    r = proto::parse_frame_header(in);
+    used = r.status == proto::parse_status::done ? r.header.size : 0;
+  } else {
+    const std::size_t add = std::min(_hdr.size() - _hdr_len, in.size());
+    std::memcpy(_hdr.data() + _hdr_len, in.data(), add);
+    r = proto::parse_frame_header(std::span<const std::uint8_t>(_hdr.data(), _hdr_len + add));
+    used = r.status == proto::parse_status::done ? r.header.size - _hdr_len : add;
+    if (r.status == proto::parse_status::need_more) _hdr_len = static_cast<std::uint8_t>(_hdr_len + add);
+  }
+  if (r.status == proto::parse_status::error) return false;
+  if (r.status == proto::parse_status::need_more) {
+    if (_hdr_len == 0) {   // the first attempt parsed straight from the input: stash it
+      std::memcpy(_hdr.data(), in.data(), in.size());
+      _hdr_len = static_cast<std::uint8_t>(in.size());
+    }
+    in = {};
+    return true;
+  }
+  in = in.subspan(used);
+  _hdr_len = 0;
+  const auto& fh = r.header;
+  if (fh.masked || fh.rsv != 0 || !proto::is_known_opcode(fh.raw_opcode)) return false;
+  _op = fh.raw_opcode;
+  _fin = fh.fin;
+  _control = proto::is_control(_op);
+  if (_control && (!_fin || fh.payload_len > control_bytes)) return false;
+  if (!_control) {
+    const bool continuation = _op == 0;
+    if (continuation != (_msg_op != 0)) return false;
+    if (!continuation) {
+      _msg_op = _op;
+      _data_len = 0;
+    }
+  }
+  _ctrl_len = 0;
+  _remaining = fh.payload_len;
+  _in_header = false;
+  return true;
+}
+
+}  // namespace wspush::loadgen

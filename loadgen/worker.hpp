@@ -1,0 +1,132 @@
+#pragma once
+/// \file worker.hpp
+/// One worker process: holds its share of the connections on one epoll loop (the server's
+/// reactor style: one loop, a slab of fixed records, a handle packed into epoll's data), opens
+/// them at its share of --rate, subscribes, accounts for every delivery, and sends the parent a
+/// sample each interval. Commands come over a pipe, one byte each: 'g' publishing has started
+/// (churn and storm timers start), 'r' report the final numbers, 'q' or EOF quit.
+///
+/// Every wait has a deadline; the parent bounds the whole run on top of that.
+
+#include "loadgen/histogram.hpp"
+#include "loadgen/options.hpp"
+#include "loadgen/rate_limiter.hpp"
+#include "loadgen/results.hpp"
+#include "loadgen/wire.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wspush::loadgen {
+
+enum class conn_state : std::uint8_t { waiting, connecting, upgrading, subscribing, ready, paused, closed };
+
+/// Upgrade bookkeeping, allocated only between connect() and the 101.
+struct upgrade_state {
+  std::string accept;     ///< the Sec-WebSocket-Accept we expect
+  std::string response;   ///< response bytes so far
+};
+
+/// One client connection (its index in the worker's slab is its handle).
+struct lg_conn {
+  frame_reader reader;
+  seq_tracker seq;
+  std::unique_ptr<upgrade_state> upgrade;
+  std::uint64_t started_ns = 0;   ///< when this connect attempt began (connect-time histogram)
+  std::uint64_t received = 0;     ///< distinct payloads received
+  std::array<char, 40> last_id{};   ///< id of the newest event seen, for `since` on reconnect
+  std::uint8_t last_id_len = 0;
+  int fd = -1;
+  conn_state state = conn_state::waiting;
+  bool checked = false;   ///< counts toward expected / loss
+  bool slow = false;
+  bool churner = false;
+  bool storm_wait = false;   ///< dropped in the storm, not back yet
+};
+
+class worker {
+public:
+  /// Worker `index` holds connections [first, first + count) of the global numbering.
+  worker(const options& o, std::uint32_t index, std::uint32_t first, std::uint32_t count, int ctrl_fd, int report_fd);
+  ~worker();
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+
+  /// Runs until told to quit; returns the process exit code.
+  int run() noexcept;
+
+private:
+  static constexpr std::uint64_t ctrl_tag = ~std::uint64_t{0};
+  struct sink;   // frame_handler of one connection
+
+  // opening and upgrading (worker.cpp)
+  void open_due(std::uint64_t now) noexcept;
+  void open_one(std::uint32_t i, std::uint64_t now) noexcept;
+  void fail(std::uint32_t i, ctr why, int err = 0) noexcept;
+  void on_connected(std::uint32_t i) noexcept;
+  void on_upgrade_bytes(std::uint32_t i) noexcept;
+  void finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept;
+  void become_ready(std::uint32_t i) noexcept;
+  bool send_text(lg_conn& c, std::string_view text) noexcept;
+  void send_control(lg_conn& c, proto::opcode op, std::span<const std::uint8_t> payload) noexcept;
+  void expire_upgrades(std::uint64_t now) noexcept;
+  // receiving (worker_run.cpp)
+  void dispatch(std::uint64_t tag, std::uint32_t events) noexcept;
+  void on_readable(std::uint32_t i) noexcept;
+  void feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept;
+  void on_message(std::uint32_t i, std::string_view msg) noexcept;
+  void on_payload(std::uint32_t i, const delivery& d) noexcept;
+  void drop(std::uint32_t i, bool reconnect, std::uint64_t delay_ns) noexcept;
+  // the run (worker_run.cpp)
+  void start_go(std::uint64_t now) noexcept;
+  void churn_tick(std::uint64_t now) noexcept;
+  void storm_tick(std::uint64_t now) noexcept;
+  void read_command() noexcept;
+  int wait(int timeout_ms) noexcept;
+  int next_timeout(std::uint64_t now) const noexcept;
+  void send_sample(msg_kind kind) noexcept;
+  void check_connect_phase(std::uint64_t now) noexcept;
+  [[nodiscard]] bool reconnects() const noexcept;
+
+  const options& _o;
+  std::vector<lg_conn> _conns;
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> _to_open;   ///< (due ns, index), due roughly ascending
+  std::vector<std::uint32_t> _churners;
+  std::vector<std::uint8_t> _rbuf;
+  std::unique_ptr<histogram> _interval = std::make_unique<histogram>();
+  std::unique_ptr<histogram> _connect = std::make_unique<histogram>();
+  std::unique_ptr<histogram> _empty = std::make_unique<histogram>();
+  counters _c{};
+  seq_counters _seq{};       ///< checked connections
+  seq_counters _scratch{};   ///< the others (duplicates there are not the server's fault to count)
+  rate_limiter _open_limit;
+  rate_limiter _churn_limit{0, 0};
+  xorshift _rng{};
+  std::uint64_t _start_ns = 0;
+  std::uint64_t _next_sample_ns = 0;
+  std::uint64_t _connect_deadline = 0;
+  std::uint64_t _go_ns = 0;
+  std::uint64_t _storm_due_ns = 0;   ///< client storm: when to drop everything (0: not pending)
+  std::uint64_t _recv_ns = 0;        ///< timestamp of the read being parsed
+  std::uint64_t _pending_checked = 0;   ///< checked connections still missing messages
+  std::uint32_t _index;
+  std::uint32_t _first;
+  std::uint32_t _in_progress = 0;   ///< connecting or upgrading
+  std::uint32_t _settled = 0;       ///< initial attempts that ended (ready or failed)
+  std::uint32_t _interval_no = 0;
+  std::uint32_t _storm_waiting = 0;
+  std::size_t _churn_next = 0;
+  int _ep = -1;
+  int _ctrl = -1;
+  int _report = -1;
+  bool _cmd_go = false;      ///< 'g' arrived
+  bool _cmd_report = false;  ///< 'r' arrived
+  bool _cmd_quit = false;    ///< 'q' or EOF arrived
+  bool _initial = true;      ///< still in the first connect phase
+  bool _go = false;
+};
+
+}  // namespace wspush::loadgen
