@@ -57,6 +57,8 @@ void print_text(std::FILE* out, const run_result& r) {
                o.procs, n(ctr::connected), n(ctr::open), r.connect_s);
   const std::string errs = error_list(t, "=", false);
   if (!errs.empty()) std::fprintf(out, "; errors: %s", errs.c_str());
+  if (t.first_status != 0) std::fprintf(out, " (first refusal: HTTP %lld)", static_cast<long long>(t.first_status));
+  if (t.first_errno != 0) std::fprintf(out, " (first other errno: %lld)", static_cast<long long>(t.first_errno));
   std::fprintf(out, "\n");
   latency_line(out, "connect", *r.connect);
   std::fprintf(out, "  disconnects %llu, server closes %llu (1001: %llu, 1013: %llu), reconnects %llu, protocol errors %llu\n",

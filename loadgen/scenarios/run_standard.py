@@ -123,7 +123,7 @@ def loadgen_argv(scenario, server, args):
         "churn": ["--messages", str(int(2 * args.seconds)), "--publish-rate", "2", "--churn-rate",
                   str(args.churn_rate), "--churn-fraction", "0.1"],
         "reconnect-storm": ["--messages", str(int(4 * args.seconds)), "--publish-rate", "4", "--storm", "client"],
-        "slow-consumers": ["--messages", str(int(20 * args.seconds)), "--publish-rate", "20", "--size", "4096",
+        "slow-consumers": ["--messages", str(int(10 * args.seconds)), "--publish-rate", "10", "--size", "1024",
                            "--slow-fraction", "0.1"],
     }[scenario]
     if args.reports:
