@@ -67,6 +67,15 @@ std::string options::topic_of(std::uint32_t global) const {
   return sc == scenario::mailboxes ? topic_prefix + std::to_string(global) : topic;
 }
 
+bool options::topic_matches(std::uint32_t global, std::string_view t) const noexcept {
+  if (sc != scenario::mailboxes) return t == topic;
+  if (!t.starts_with(topic_prefix)) return false;
+  const std::string_view digits = t.substr(topic_prefix.size());
+  std::uint32_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  return ec == std::errc{} && end == digits.data() + digits.size() && n == global;
+}
+
 namespace {
 
 /// True for about `fraction` of all indexes, spread evenly.

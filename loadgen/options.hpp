@@ -66,6 +66,8 @@ struct options {
   [[nodiscard]] bool publishes() const noexcept { return sc != scenario::idle; }
   /// Topic of connection `global` (its index over all processes).
   [[nodiscard]] std::string topic_of(std::uint32_t global) const;
+  /// Whether `topic` is connection `global`'s topic; allocates nothing (the receive path).
+  [[nodiscard]] bool topic_matches(std::uint32_t global, std::string_view topic) const noexcept;
   /// Number of topics the publisher cycles through.
   [[nodiscard]] std::uint32_t topic_count() const noexcept {
     return sc == scenario::mailboxes ? connections : 1;

@@ -197,7 +197,7 @@ void worker::on_message(std::uint32_t i, std::string_view msg) noexcept {
 void worker::on_payload(std::uint32_t i, const delivery& d) noexcept {
   lg_conn& c = _conns[i];
   ++_c[ctr::deliveries];
-  if (_o.proto == protocol::pubsub && d.topic != _o.topic_of(_first + i)) {
+  if (_o.proto == protocol::pubsub && !_o.topic_matches(_first + i, d.topic)) {
     ++_c[ctr::foreign];
     return;
   }
