@@ -362,7 +362,14 @@ void parent::judge(run_result& r, std::uint64_t ready_at_go) const {
     const counters& pub = _agg.latest(_o.procs);
     if (pub[ctr::publisher_ready] == 0) p.push_back("the publisher could not connect (admin API or WebSocket refused it)");
     if (pub[ctr::sent] < _o.messages) p.push_back("published " + std::to_string(pub[ctr::sent]) + " of " + std::to_string(_o.messages) + " messages within --timeout");
-    if (pub[ctr::publish_errors]) p.push_back(std::to_string(pub[ctr::publish_errors]) + " publishes refused or unanswered (first status " + std::to_string(pub.first_status) + ")");
+    if (pub[ctr::publish_errors]) {
+      std::string why = std::to_string(pub[ctr::publish_errors]) + " publishes refused or unanswered";
+      if (pub.first_status != 0) why += " (first status " + std::to_string(pub.first_status) + ")";
+      if (_o.via == publish_via::ws && _o.proto == protocol::pubsub) {
+        why += "; over WebSocket the server needs --jwt-secret with a pub grant or --auth=none --allow-client-publish";
+      }
+      p.push_back(why);
+    }
     if (w.loss()) p.push_back("loss: " + std::to_string(w.loss()) + " of " + std::to_string(w[ctr::expected]) + " deliveries missing");
     if (w[ctr::duplicates] || w[ctr::stale]) p.push_back("duplicates: " + std::to_string(w[ctr::duplicates] + w[ctr::stale]));
   }
