@@ -113,6 +113,7 @@ void shard::flush_listed() noexcept {
     if (_flush_head == no_index) _flush_tail = no_index;
     c.flush_next = no_index;
     c.flags &= ~flag_listed;
+    if (c.state == conn_state::dead && !(c.flags & flag_send_in_flight)) finish_dead(i);  // its release waited for this
     if (c.state == conn_state::free || c.state == conn_state::dead) continue;
     if (c.flags & flag_rearm_read) {
       c.flags &= ~flag_rearm_read;
@@ -220,6 +221,9 @@ void shard::finish_dead(std::uint32_t i) noexcept {
     return;
   }
   connection& c = _conns.at(i);
+  // The flush list links through flush_next, which the slab reuses as its free-list link: a
+  // slot still on the list is released when flush_listed takes it off, never before.
+  if (c.flags & flag_listed) return;
   if (c.tx) {
     out_queue& q = *block_as<out_queue>(c.tx);
     for (; q.count; --q.count, q.head = (q.head + 1) % q.cap) pool::frame_ref::from_raw(q.slots()[q.head]);
