@@ -110,19 +110,21 @@ def main():
                                "--storm-at", "1"]),
                     ("fanout-ws", ["fanout", "--publish-via", "ws", "--messages", "50", "--publish-rate", "25"])]
         ok = all([run_loadgen(args, argv + common, name) for name, argv in runs])
-        # Churn runs against the epoll backend: with io_uring, wspush stops delivering to the
-        # connections that stay once others close abruptly (a server bug, reported to the lead).
-        proc2, ports2 = start_server(args.wspush, args.mode, io="epoll")
-        try:
-            c2 = ["--url", f"ws://127.0.0.1:{ports2['ws']}/ws", "--connections", n, "--procs", "2"]
-            if args.mode == "broadcast":
-                churn = ["churn", "--protocol", "broadcast"]
-            else:
-                churn = ["churn", "--admin", f"http://127.0.0.1:{ports2['admin']}"]
-            ok = run_loadgen(args, churn + ["--messages", "40", "--publish-rate", "20", "--churn-rate", "50"] + c2,
-                             "churn-epoll") and ok
-        finally:
-            stop(proc2)
+        # Churn on both backends: connections closing abruptly while others stay and receive.
+        # (This caught slots released while still on a shard's flush list: the staying
+        # connections stopped receiving, with io_uring already at 300 connections.)
+        for io in ("uring", "epoll"):
+            proc2, ports2 = start_server(args.wspush, args.mode, io=io)
+            try:
+                c2 = ["--url", f"ws://127.0.0.1:{ports2['ws']}/ws", "--connections", n, "--procs", "2"]
+                if args.mode == "broadcast":
+                    churn = ["churn", "--protocol", "broadcast"]
+                else:
+                    churn = ["churn", "--admin", f"http://127.0.0.1:{ports2['admin']}"]
+                ok = run_loadgen(args, churn + ["--messages", "40", "--publish-rate", "20", "--churn-rate", "50"] + c2,
+                                 f"churn-{io}") and ok
+            finally:
+                stop(proc2)
         # The failure path must be clear too: a port nobody listens on.
         bad = subprocess.run([args.loadgen, "idle", "--url", "ws://127.0.0.1:1/ws", "--connections", "1"],
                              capture_output=True, text=True, timeout=30)
