@@ -11,6 +11,10 @@ scenario applies to it (plain broadcast: idle, fanout, churn, slow-consumers).
   loadgen/scenarios/run_standard.py --scenarios idle,fanout --servers wspush-pubsub,node-ws
   loadgen/scenarios/run_standard.py --peer uws=127.0.0.1:9001   # also drive a server you started
 
+drain-storm (wspush-pubsub): the server is sent SIGTERM mid-run (it drains) and a fresh one starts
+on the same ports; it measures how long until every client is back. The embedded bus keeps no
+history across a restart, so the clients' resumes come back with their topics in `lost`.
+
 Servers: wspush-pubsub (--mode=pubsub, JWT per connection, publishes through the admin API),
 wspush-broadcast (--mode=broadcast, the peer protocol), node-ws (tests/bench/peers), and any
 `--peer NAME=HOST:PORT` speaking plain broadcast (e.g. a uWebSockets build of your own; never
@@ -28,6 +32,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PEER = os.path.join(REPO, "tests", "bench", "peers", "node_ws_broadcast.mjs")
@@ -43,12 +49,13 @@ APPLIES = {
     "mailboxes": ["wspush-pubsub"],
     "churn": ["wspush-pubsub", "wspush-broadcast", "node-ws", "peer"],
     "reconnect-storm": ["wspush-pubsub"],
+    "drain-storm": ["wspush-pubsub"],
     "slow-consumers": ["wspush-pubsub", "wspush-broadcast", "node-ws", "peer"],
 }
 
 
 class Server:
-    def __init__(self, name, args):
+    def __init__(self, name, args, ports=None):
         self.name, self.proc, self.lines, self.ports = name, None, [], {}
         if name.startswith("peer:"):
             host_port = name.split("=", 1)[1]
@@ -61,8 +68,9 @@ class Server:
             argv = pin + [args.node, PEER, "--port", "0"]
         else:
             mode = name.split("-", 1)[1]
-            argv = pin + [args.wspush, f"--mode={mode}", "--threads", "1", "--listen", "127.0.0.1:0",
-                          "--admin-listen", "127.0.0.1:0"]
+            ws_port, admin_port = (ports["ws"], ports["admin"]) if ports else (0, 0)
+            argv = pin + [args.wspush, f"--mode={mode}", "--threads", "1", "--listen", f"127.0.0.1:{ws_port}",
+                          "--admin-listen", f"127.0.0.1:{admin_port}", "--drain-seconds", "2"]
             argv += ["--jwt-secret", SECRET] if mode == "pubsub" else ["--auth=none"]
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ready = threading.Event()
@@ -84,6 +92,16 @@ class Server:
             self.stop()
             raise RuntimeError(f"{name} did not start:\n" + "\n".join(self.lines[-10:]))
 
+    def open_connections(self):
+        """wspush's own count of open WebSocket connections (its /metrics)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['admin']}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0
+        m = re.search(r'^wspush_connections\{state="open"\} (\d+)', text, re.M)
+        return int(m.group(1)) if m else 0
+
     @property
     def pid(self):
         return self.proc.pid if self.proc else None
@@ -102,7 +120,8 @@ def loadgen_argv(scenario, server, args):
     n = args.connections
     kind = server.name.split("=")[0].split(":")[0]
     pubsub = kind == "wspush-pubsub"
-    argv = [args.loadgen, scenario.split("-rate")[0].split("-burst")[0],
+    verb = "reconnect-storm" if scenario == "drain-storm" else scenario.split("-rate")[0].split("-burst")[0]
+    argv = [args.loadgen, verb,
             "--url", f"ws://{server.host}:{server.ports['ws']}/ws", "--connections", str(n),
             "--json", "--quiet", "--connect-timeout", "120", "--timeout", "300"]
     if args.procs:
@@ -123,6 +142,7 @@ def loadgen_argv(scenario, server, args):
         "churn": ["--messages", str(int(2 * args.seconds)), "--publish-rate", "2", "--churn-rate",
                   str(args.churn_rate), "--churn-fraction", "0.1"],
         "reconnect-storm": ["--messages", str(int(4 * args.seconds)), "--publish-rate", "4", "--storm", "client"],
+        "drain-storm": ["--messages", str(int(4 * args.seconds)), "--publish-rate", "4", "--storm", "server"],
         "slow-consumers": ["--messages", str(int(10 * args.seconds)), "--publish-rate", "10", "--size", "1024",
                            "--slow-fraction", "0.1"],
     }[scenario]
@@ -133,16 +153,45 @@ def loadgen_argv(scenario, server, args):
     return pin + argv + extra
 
 
+def drain_and_restart(server, name, args, loadgen):
+    """drain-storm: once the load generator has been publishing for half its time, SIGTERM the
+    server (it drains: 1001 closes over 2 s, then exits) and start a fresh one on the same ports.
+    The new process has a new history epoch, so every resume is answered with the topic in
+    `lost`: the embedded bus keeps no history across a restart (the Redis bus will)."""
+    deadline = time.monotonic() + 120 + args.connections / 1000
+    while loadgen.poll() is None and time.monotonic() < deadline:  # wait until everyone is connected
+        if server.open_connections() >= args.connections:
+            break
+        time.sleep(0.2)
+    time.sleep(args.seconds / 2)
+    server.stop()
+    return Server(name, args, ports=server.ports)
+
+
 def run_one(scenario, name, args):
     server = Server(name, args)
     try:
         argv = loadgen_argv(scenario, server, args)
         print("+ " + " ".join(argv[argv.index(args.loadgen):]), file=sys.stderr, flush=True)
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        if scenario == "drain-storm":
+            loadgen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            server = drain_and_restart(server, name, args, loadgen)
+            out, err = loadgen.communicate(timeout=900)
+            done = subprocess.CompletedProcess(argv, loadgen.returncode, out, err)
+        else:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         line = next((l for l in reversed(done.stdout.splitlines()) if l.startswith("{")), None)
         if not line:
             raise RuntimeError(f"{scenario} on {name}: no result (exit {done.returncode}): {done.stderr[-500:]}")
         result = json.loads(line)
+        if scenario == "drain-storm":
+            # The restarted server has no history: a miss is honest when the client was told (its
+            # resume answered with the topic in `lost`), a failure only when it was silent.
+            c = result["counters"]
+            told = c["lost_reported"] >= args.connections
+            result["ok"] = c["duplicates"] == 0 and (result["loss"] == 0 or told)
+            if told:
+                result["problems"] = [f"{result['loss']:,} missed while down, every client told (lost)"]
         result["exit_code"] = done.returncode
         result["server_name"] = name
         result["command"] = " ".join(argv)
@@ -179,7 +228,7 @@ def table(scenario, results, args):
         bl = base["latency_us"] if base else {}
         cpu = r["server"]["cpu_per_delivery_us"]
         notes = []
-        if scenario == "reconnect-storm":
+        if scenario in ("reconnect-storm", "drain-storm"):
             notes.append(f"all back in {r['storm_back_s']:.2f} s, lost topics {c['lost_reported']}")
         if scenario == "slow-consumers":
             notes.append(f"1013 closes seen {c['close_1013']}")
