@@ -16,7 +16,8 @@ on the same ports; it measures how long until every client is back. The embedded
 history across a restart, so the clients' resumes come back with their topics in `lost`.
 
 Servers: wspush-pubsub (--mode=pubsub, JWT per connection, publishes through the admin API),
-wspush-broadcast (--mode=broadcast, the peer protocol), node-ws (tests/bench/peers), and any
+wspush-broadcast (--mode=broadcast, the peer protocol), either with an -epoll suffix for the
+epoll backend (io_uring otherwise), node-ws (tests/bench/peers), and any
 `--peer NAME=HOST:PORT` speaking plain broadcast (e.g. a uWebSockets build of your own; never
 committed). Only processes started here are stopped.
 """
@@ -67,11 +68,13 @@ class Server:
         if name == "node-ws":
             argv = pin + [args.node, PEER, "--port", "0"]
         else:
-            mode = name.split("-", 1)[1]
+            mode = name.split("-")[1]
             ws_port, admin_port = (ports["ws"], ports["admin"]) if ports else (0, 0)
             argv = pin + [args.wspush, f"--mode={mode}", "--threads", "1", "--listen", f"127.0.0.1:{ws_port}",
                           "--admin-listen", f"127.0.0.1:{admin_port}", "--drain-seconds", "2"]
             argv += ["--jwt-secret", SECRET] if mode == "pubsub" else ["--auth=none"]
+            if name.endswith("-epoll"):
+                argv += ["--io=epoll"]
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ready = threading.Event()
         want = 1 if name == "node-ws" else 2
@@ -119,7 +122,7 @@ class Server:
 def loadgen_argv(scenario, server, args):
     n = args.connections
     kind = server.name.split("=")[0].split(":")[0]
-    pubsub = kind == "wspush-pubsub"
+    pubsub = kind.startswith("wspush-pubsub")
     verb = "reconnect-storm" if scenario == "drain-storm" else scenario.split("-rate")[0].split("-burst")[0]
     argv = [args.loadgen, verb,
             "--url", f"ws://{server.host}:{server.ports['ws']}/ws", "--connections", str(n),
@@ -288,7 +291,7 @@ def main():
     for scenario in [s for s in args.scenarios.split(",") if s]:
         results = []
         for name in servers:
-            kind = "peer" if name.startswith("peer:") else name
+            kind = "peer" if name.startswith("peer:") else name.removesuffix("-epoll")
             if kind not in APPLIES[scenario]:
                 continue
             try:

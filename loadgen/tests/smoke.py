@@ -7,6 +7,8 @@ checks its JSON too). Modes:
   broadcast  wspush --mode=broadcast, published over WebSocket (the peer protocol)
   pubsub     wspush --mode=pubsub: fanout and mailboxes through the admin API, and a client-side
              reconnect storm resumed with `since`; skipped (77) while the server has no pubsub mode
+  node       the Node `ws` peer (tests/bench/peers/node_ws_broadcast.mjs) with the peer protocol:
+             the same tool must measure other servers too; skipped (77) without node or `npm ci`
 Only processes started here are stopped, by PID.
 """
 
@@ -22,6 +24,7 @@ import threading
 LISTEN = re.compile(r"listening on ([0-9.]+):(\d+)")
 ADMIN = re.compile(r"admin API at ([0-9.]+):(\d+)")
 SKIP = 77
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def start_server(wspush, mode, io="uring"):
@@ -48,6 +51,35 @@ def start_server(wspush, mode, io="uring"):
         stop(proc)
         raise RuntimeError("server did not report its ports:\n" + "\n".join(lines[-10:]))
     return proc, ports
+
+
+def start_node_peer(node):
+    peer = os.path.join(REPO, "tests", "bench", "peers", "node_ws_broadcast.mjs")
+    proc = subprocess.Popen([node, peer, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=REPO)
+    for line in proc.stdout:   # its "listening on" line is the event we wait for
+        m = LISTEN.search(line)
+        if m:
+            threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()
+            return proc, {"ws": int(m.group(2))}
+    stop(proc)
+    raise RuntimeError("the Node ws peer did not report its port")
+
+
+def node_smoke(args):
+    import shutil
+    node = shutil.which("node")
+    if not node or not os.path.isdir(os.path.join(REPO, "node_modules", "ws")):
+        print("node or node_modules/ws missing (npm ci): skipping")
+        return SKIP
+    proc, ports = start_node_peer(node)
+    try:
+        common = ["--url", f"ws://127.0.0.1:{ports['ws']}/", "--connections", str(args.connections), "--procs", "2",
+                  "--server-pid", str(proc.pid), "--protocol", "broadcast"]
+        ok = run_loadgen(args, ["fanout", "--messages", "50", "--publish-rate", "25"] + common, "node-fanout")
+        return 0 if ok else 1
+    finally:
+        stop(proc)
 
 
 def stop(proc):
@@ -82,13 +114,15 @@ def run_loadgen(args, argv, name):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["broadcast", "pubsub"], required=True)
-    p.add_argument("--wspush", required=True)
+    p.add_argument("--mode", choices=["broadcast", "pubsub", "node"], required=True)
+    p.add_argument("--wspush")
     p.add_argument("--loadgen", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--connections", type=int, default=300)
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.mode == "node":
+        return node_smoke(args)
     if args.mode == "pubsub":
         help_text = subprocess.run([args.wspush, "--help"], capture_output=True, text=True).stdout
         if "pubsub" not in help_text:
