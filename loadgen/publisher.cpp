@@ -129,7 +129,7 @@ int publisher::run() noexcept {
   if (connect(now_ns() + seconds_to_ns(_o.connect_timeout))) _c[ctr::publisher_ready] = 1;
   send_sample(msg_kind::sample);
   if (_fd >= 0) {
-    while (!_cmd_go && !_cmd_report && !_cmd_quit) {
+    while (!_cmd.go && !_cmd.report && !_cmd.quit) {
       epoll_event events[8];
       const int n = epoll_wait(_ep, events, 8, 1000);
       for (int k = 0; k < n; ++k) {
@@ -137,10 +137,10 @@ int publisher::run() noexcept {
         else on_readable();
       }
     }
-    if (_cmd_go && !_cmd_report && !_cmd_quit) publish_loop();
+    if (_cmd.go && !_cmd.report && !_cmd.quit) publish_loop();
   }
   send_sample(msg_kind::final_result);
-  while (!_cmd_quit) {
+  while (!_cmd.quit) {
     pollfd p{_ctrl, POLLIN, 0};
     if (::poll(&p, 1, 1000) > 0) read_command();
   }
@@ -155,7 +155,7 @@ void publisher::publish_loop() noexcept {
   const std::uint64_t start = now_ns();
   const std::uint64_t deadline = start + seconds_to_ns(_o.timeout);
   _limit = rate_limiter(_o.publish_rate, start, 64);
-  while (!finished() && !_cmd_report && !_cmd_quit && now_ns() < deadline) {
+  while (!finished() && !_cmd.report && !_cmd.quit && now_ns() < deadline) {
     std::uint64_t now = now_ns();
     if (_fd < 0 && !connect(now + 200'000'000)) continue;
     if (!_want_out) {
@@ -330,21 +330,7 @@ void publisher::lose_connection() noexcept {
   ++_c[ctr::disconnects];
 }
 
-void publisher::read_command() noexcept {
-  char buf[16];
-  const ssize_t n = ::read(_ctrl, buf, sizeof(buf));
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (n <= 0) {
-    _cmd_quit = true;
-    epoll_ctl(_ep, EPOLL_CTL_DEL, _ctrl, nullptr);
-    return;
-  }
-  for (ssize_t k = 0; k < n; ++k) {
-    if (buf[k] == 'g') _cmd_go = true;
-    if (buf[k] == 'r') _cmd_report = true;
-    if (buf[k] == 'q') _cmd_quit = true;
-  }
-}
+void publisher::read_command() noexcept { read_commands(_ctrl, _ep, _cmd); }
 
 void publisher::send_sample(msg_kind kind) noexcept {
   const std::string msg = encode_msg(kind, _index, _interval_no, _c, *_empty, *_empty);

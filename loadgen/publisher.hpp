@@ -10,6 +10,7 @@
 #include "loadgen/options.hpp"
 #include "loadgen/rate_limiter.hpp"
 #include "loadgen/results.hpp"
+#include "loadgen/sys.hpp"
 #include "loadgen/wire.hpp"
 
 #include <memory>
@@ -88,9 +89,7 @@ private:
   int _ep = -1;
   int _ctrl;
   int _report;
-  bool _cmd_go = false;
-  bool _cmd_report = false;
-  bool _cmd_quit = false;
+  commands _cmd;  ///< what the parent asked for so far
   bool _want_out = false;
 };
 

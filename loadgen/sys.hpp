@@ -5,6 +5,7 @@
 #include "loadgen/results.hpp"
 
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,6 +34,29 @@ inline bool write_all(int fd, const void* data, std::size_t len) noexcept {
     len -= static_cast<std::size_t>(n);
   }
   return true;
+}
+
+/// The parent's one-letter commands to a worker or the publisher: 'g' go, 'r' report, 'q' quit.
+struct commands {
+  bool go = false, report = false, quit = false;
+};
+
+/// Reads what commands arrived on the control pipe `fd`. EOF or an error means the parent is
+/// gone or done: quit, and `fd` leaves the epoll set `ep`.
+inline void read_commands(int fd, int ep, commands& cmd) noexcept {
+  char buf[16];
+  const ssize_t n = ::read(fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    cmd.quit = true;
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    return;
+  }
+  for (ssize_t k = 0; k < n; ++k) {
+    if (buf[k] == 'g') cmd.go = true;
+    if (buf[k] == 'r') cmd.report = true;
+    if (buf[k] == 'q') cmd.quit = true;
+  }
 }
 
 /// The counter a failed socket()/bind()/connect() errno belongs to.

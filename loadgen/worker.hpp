@@ -12,6 +12,7 @@
 #include "loadgen/options.hpp"
 #include "loadgen/rate_limiter.hpp"
 #include "loadgen/results.hpp"
+#include "loadgen/sys.hpp"
 #include "loadgen/wire.hpp"
 
 #include <cstdint>
@@ -122,9 +123,7 @@ private:
   int _ep = -1;
   int _ctrl = -1;
   int _report = -1;
-  bool _cmd_go = false;      ///< 'g' arrived
-  bool _cmd_report = false;  ///< 'r' arrived
-  bool _cmd_quit = false;    ///< 'q' or EOF arrived
+  commands _cmd;  ///< what the parent asked for so far
   bool _initial = true;      ///< still in the first connect phase
   bool _go = false;
 };

@@ -49,11 +49,11 @@ int worker::run() noexcept {
   _connect_deadline = _start_ns + seconds_to_ns(_o.connect_timeout);
   _open_limit = rate_limiter(_o.connect_rate / _o.procs, _start_ns,
                              std::max<std::uint64_t>(1, static_cast<std::uint64_t>(_o.connect_rate / _o.procs / 20)));
-  while (!_cmd_report && !_cmd_quit) {
+  while (!_cmd.report && !_cmd.quit) {
     std::uint64_t now = now_ns();
     open_due(now);
     check_connect_phase(now);
-    if (_cmd_go && !_go && !_initial) start_go(now);
+    if (_cmd.go && !_go && !_initial) start_go(now);
     if (_go) {
       churn_tick(now);
       storm_tick(now);
@@ -69,7 +69,7 @@ int worker::run() noexcept {
   }
   send_sample(msg_kind::final_result);
   // Keep the sockets open until the parent has taken its last reading of the server.
-  while (!_cmd_quit) wait(1000);
+  while (!_cmd.quit) wait(1000);
   return 0;
 }
 
@@ -92,21 +92,7 @@ int worker::wait(int timeout_ms) noexcept {
   return n;
 }
 
-void worker::read_command() noexcept {
-  char buf[16];
-  const ssize_t n = ::read(_ctrl, buf, sizeof(buf));
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (n <= 0) {   // EOF or error: the parent is gone or done
-    _cmd_quit = true;
-    epoll_ctl(_ep, EPOLL_CTL_DEL, _ctrl, nullptr);
-    return;
-  }
-  for (ssize_t k = 0; k < n; ++k) {
-    if (buf[k] == 'g') _cmd_go = true;
-    if (buf[k] == 'r') _cmd_report = true;
-    if (buf[k] == 'q') _cmd_quit = true;
-  }
-}
+void worker::read_command() noexcept { read_commands(_ctrl, _ep, _cmd); }
 
 void worker::send_sample(msg_kind kind) noexcept {
   _c[ctr::unique] = _seq.unique;
