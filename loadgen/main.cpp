@@ -75,6 +75,9 @@ public:
 
 private:
   void preflight() const;
+  void take_signals();
+  void connect_phase(run_result& r);
+  std::uint64_t publish_phase();
   bool spawn();
   void command(char c, bool workers, bool pub);
   void pump(int timeout_ms);
@@ -273,8 +276,8 @@ void parent::progress(bool last) {
   std::fflush(stderr);
 }
 
-int parent::run() {
-  preflight();
+/// Signals arrive on a signalfd (the loop waits on it with the pipes); SIGPIPE is ignored.
+void parent::take_signals() {
   sigset_t term;
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
@@ -282,6 +285,43 @@ int parent::run() {
   sigprocmask(SIG_BLOCK, &term, nullptr);
   _sigfd = signalfd(-1, &term, SFD_CLOEXEC);
   std::signal(SIGPIPE, SIG_IGN);
+}
+
+/// Connect phase: every worker says when its connections are up (or failed); the publisher
+/// when it is connected.
+void parent::connect_phase(run_result& r) {
+  wait_until([&] {
+    for (std::uint32_t k = 0; k < _o.procs; ++k) {
+      if (_agg.latest(k).connect_done_ns == 0 && !_children[k].gone) return false;
+    }
+    return !_o.publishes() || _agg.latest(_o.procs)[ctr::publisher_ready] != 0 || _agg.is_final(_o.procs);
+  }, _o.connect_timeout + 10);
+  const std::uint64_t connect_done = workers_total().connect_done_ns;
+  r.connect_s = connect_done > _start_ns ? static_cast<double>(connect_done - _start_ns) / 1e9 : 0;
+}
+
+/// Publishing phase: workers go, then the publisher; then the drain, until every checked
+/// connection has everything (and, in a storm, all are back), or nothing has arrived for
+/// --drain-timeout. Returns how many connections were ready at the go.
+std::uint64_t parent::publish_phase() {
+  const std::uint64_t ready_at_go = workers_total()[ctr::ready];
+  command('g', true, false);
+  wait_until([&] { return workers_total()[ctr::going] == _o.procs; }, 10);
+  command('g', false, true);
+  wait_until([&] { return _agg.is_final(_o.procs); }, _o.timeout + 10);
+  const double storm_grace = _o.sc == scenario::reconnect_storm ? _o.connect_timeout : 0;
+  wait_until([&] {
+    const counters t = workers_total();
+    const bool all = t[ctr::unique] >= t[ctr::expected] && (_o.sc != scenario::reconnect_storm || t[ctr::ready] >= ready_at_go);
+    const bool quiet = now_ns() - _last_change_ns > seconds_to_ns(_o.drain_timeout + storm_grace);
+    return all || quiet;
+  }, _o.timeout);
+  return ready_at_go;
+}
+
+int parent::run() {
+  preflight();
+  take_signals();
   _live = !_o.quiet && (_o.progress || isatty(STDERR_FILENO));
   run_result r;
   r.o = &_o;
@@ -293,39 +333,11 @@ int parent::run() {
     command('q', true, true);
     throw std::runtime_error(std::string("cannot start worker processes: ") + std::strerror(errno));
   }
-  // Connect phase: every worker says when its connections are up (or failed); the publisher
-  // when it is connected.
-  wait_until([&] {
-    for (std::uint32_t k = 0; k < _o.procs; ++k) {
-      if (_agg.latest(k).connect_done_ns == 0 && !_children[k].gone) return false;
-    }
-    return !_o.publishes() || _agg.latest(_o.procs)[ctr::publisher_ready] != 0 || _agg.is_final(_o.procs);
-  }, _o.connect_timeout + 10);
-  const std::uint64_t connect_done = workers_total().connect_done_ns;
-  r.connect_s = connect_done > _start_ns ? static_cast<double>(connect_done - _start_ns) / 1e9 : 0;
-  std::uint64_t ready_at_go = 0;
-  if (!_o.publishes()) {
-    wait_until([] { return false; }, _o.hold);   // idle: hold, then read the server's memory
-    r.loaded = read_proc(_o.server_pid);
-    r.held = workers_total()[ctr::open];
-  } else {
-    r.loaded = read_proc(_o.server_pid);
-    r.held = workers_total()[ctr::open];
-    ready_at_go = workers_total()[ctr::ready];
-    command('g', true, false);
-    wait_until([&] { return workers_total()[ctr::going] == _o.procs; }, 10);
-    command('g', false, true);
-    wait_until([&] { return _agg.is_final(_o.procs); }, _o.timeout + 10);
-    // Drain: until every checked connection has everything (and, in a storm, all are back), or
-    // nothing has arrived for --drain-timeout.
-    const double storm_grace = _o.sc == scenario::reconnect_storm ? _o.connect_timeout : 0;
-    wait_until([&] {
-      const counters t = workers_total();
-      const bool all = t[ctr::unique] >= t[ctr::expected] && (_o.sc != scenario::reconnect_storm || t[ctr::ready] >= ready_at_go);
-      const bool quiet = now_ns() - _last_change_ns > seconds_to_ns(_o.drain_timeout + storm_grace);
-      return all || quiet;
-    }, _o.timeout);
-  }
+  connect_phase(r);
+  if (!_o.publishes()) wait_until([] { return false; }, _o.hold);  // idle: hold, then read the server's memory
+  r.loaded = read_proc(_o.server_pid);
+  r.held = workers_total()[ctr::open];
+  const std::uint64_t ready_at_go = _o.publishes() ? publish_phase() : 0;
   r.end = read_proc(_o.server_pid);
   command('r', true, true);
   _signalled = false;
