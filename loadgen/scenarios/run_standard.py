@@ -10,6 +10,7 @@ scenario applies to it (plain broadcast: idle, fanout, churn, slow-consumers).
   loadgen/scenarios/run_standard.py --quick               # 2,000 connections
   loadgen/scenarios/run_standard.py --scenarios idle,fanout --servers wspush-pubsub,node-ws
   loadgen/scenarios/run_standard.py --peer uws=127.0.0.1:9001   # also drive a server you started
+  loadgen/scenarios/run_standard.py --peer-cmd 'uws=/opt/peers/uws_broadcast {port}'   # or one it starts
 
 drain-storm (wspush-pubsub): the server is sent SIGTERM mid-run (it drains) and a fresh one starts
 on the same ports; it measures how long until every client is back. The embedded bus keeps no
@@ -28,7 +29,9 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
+import socket
 import signal
 import subprocess
 import sys
@@ -55,6 +58,12 @@ APPLIES = {
 }
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Server:
     def __init__(self, name, args, ports=None):
         self.name, self.proc, self.lines, self.ports = name, None, [], {}
@@ -67,6 +76,9 @@ class Server:
         pin = ["taskset", "-c", str(args.server_cpu)] if args.server_cpu is not None else []
         if name == "node-ws":
             argv = pin + [args.node, PEER, "--port", "0"]
+        elif name.startswith("cmd:"):   # --peer-cmd NAME=COMMAND: started here, on a free port
+            port = free_port()
+            argv = pin + shlex.split(name.split("=", 1)[1].replace("{port}", str(port)))
         else:
             mode = name.split("-")[1]
             ws_port, admin_port = (ports["ws"], ports["admin"]) if ports else (0, 0)
@@ -77,7 +89,7 @@ class Server:
                 argv += ["--io=epoll"]
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ready = threading.Event()
-        want = 1 if name == "node-ws" else 2
+        want = 1 if name == "node-ws" or name.startswith("cmd:") else 2
 
         def pump():
             for line in self.proc.stdout:
@@ -196,7 +208,7 @@ def run_one(scenario, name, args):
             if told:
                 result["problems"] = [f"{result['loss']:,} missed while down, every client told (lost)"]
         result["exit_code"] = done.returncode
-        result["server_name"] = name
+        result["server_name"] = name.split("=")[0].split(":", 1)[1] if name.startswith(("cmd:", "peer:")) else name
         result["command"] = " ".join(argv)
         return result
     finally:
@@ -256,6 +268,10 @@ def parse_args():
     p.add_argument("--node", default=shutil.which("node") or "node")
     p.add_argument("--servers", default="wspush-pubsub,wspush-broadcast,node-ws")
     p.add_argument("--peer", action="append", default=[], help="NAME=HOST:PORT of a broadcast server you run")
+    p.add_argument("--peer-cmd", action="append", default=[],
+                   help="NAME=COMMAND of a broadcast server to start fresh per scenario, like the others "
+                        "(pinned, memory and CPU measured); {port} in COMMAND is replaced by a free port, "
+                        "and it must print 'listening on HOST:PORT'")
     p.add_argument("--scenarios", default=",".join(APPLIES))
     p.add_argument("--connections", type=int, default=19000)
     p.add_argument("--procs", type=int, default=0)
@@ -282,7 +298,8 @@ def parse_args():
 
 def main():
     args = parse_args()
-    servers = [s for s in args.servers.split(",") if s] + [f"peer:{p}" for p in args.peer]
+    servers = ([s for s in args.servers.split(",") if s] + [f"peer:{p}" for p in args.peer]
+               + [f"cmd:{p}" for p in args.peer_cmd])
     print(f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.node()}, "
           f"{os.cpu_count()} cores, kernel {platform.release()}; servers pinned to CPU {args.server_cpu}, "
           f"wspush-loadgen to CPU {args.client_cpu}.\n")
@@ -291,7 +308,7 @@ def main():
     for scenario in [s for s in args.scenarios.split(",") if s]:
         results = []
         for name in servers:
-            kind = "peer" if name.startswith("peer:") else name.removesuffix("-epoll")
+            kind = "peer" if name.startswith(("peer:", "cmd:")) else name.removesuffix("-epoll")
             if kind not in APPLIES[scenario]:
                 continue
             try:
