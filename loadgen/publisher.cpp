@@ -120,11 +120,8 @@ bool publisher::upgrade(std::uint64_t deadline) noexcept {
 }
 
 int publisher::run() noexcept {
-  _ep = epoll_create1(EPOLL_CLOEXEC);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = ctrl_tag;
-  if (_ep < 0 || epoll_ctl(_ep, EPOLL_CTL_ADD, _ctrl, &ev) != 0) return 2;
+  _ep = epoll_with_control(_ctrl, ctrl_tag);
+  if (_ep < 0) return 2;
   _next_sample_ns = now_ns() + seconds_to_ns(_o.sample_interval);
   if (connect(now_ns() + seconds_to_ns(_o.connect_timeout))) _c[ctr::publisher_ready] = 1;
   send_sample(msg_kind::sample);

@@ -41,6 +41,19 @@ struct commands {
   bool go = false, report = false, quit = false;
 };
 
+/// An epoll set watching the control pipe `ctrl` under `tag`; -1 on failure (errno set).
+inline int epoll_with_control(int ctrl, std::uint64_t tag) noexcept {
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag;
+  if (ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, ctrl, &ev) != 0) {
+    ::close(ep);
+    return -1;
+  }
+  return ep;
+}
+
 /// Reads what commands arrived on the control pipe `fd`. EOF or an error means the parent is
 /// gone or done: quit, and `fd` leaves the epoll set `ep`.
 inline void read_commands(int fd, int ep, commands& cmd) noexcept {

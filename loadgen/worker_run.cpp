@@ -39,11 +39,8 @@ struct worker::sink {
 };
 
 int worker::run() noexcept {
-  _ep = epoll_create1(EPOLL_CLOEXEC);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = ctrl_tag;
-  if (_ep < 0 || epoll_ctl(_ep, EPOLL_CTL_ADD, _ctrl, &ev) != 0) return 2;
+  _ep = epoll_with_control(_ctrl, ctrl_tag);
+  if (_ep < 0) return 2;
   _start_ns = now_ns();
   _next_sample_ns = _start_ns + seconds_to_ns(_o.sample_interval);
   _connect_deadline = _start_ns + seconds_to_ns(_o.connect_timeout);
