@@ -154,9 +154,11 @@ int run(const config& cfg) {
       cfg.threads);
 
   int sig = wait_for_signal();
+  // /readyz says 503 from now on (before the log line: whoever reads the log may ask at once);
+  // the admin listener keeps answering.
+  admin.set_draining(true);
   log(log_level::info, "%s: closing connections with 1001 over %gs and shutting down",
       sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_seconds);
-  admin.set_draining(true);  // /readyz says 503 from now on; the admin listener keeps answering
   for (auto& s : shards) s->post({inbox_item::drain, nullptr});
   for (auto& t : threads) t.join();
   admin.stop();
