@@ -147,7 +147,7 @@ void shard::on_accept(int, int fd) noexcept {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   _n.accepted.add();
   std::uint32_t limit = _cfg.max_connections ? _cfg.max_connections : UINT32_MAX;
-  std::uint32_t i = _g.connections.load(std::memory_order_relaxed) >= limit ? no_index : _conns.acquire(UINT32_MAX);
+  std::uint32_t i = _g.connections.load(std::memory_order_acquire) >= limit ? no_index : _conns.acquire(UINT32_MAX);
   if (i == no_index) {
     // Over capacity: answer before any WebSocket state exists. A best-effort write: the
     // socket is fresh, its send buffer empty.

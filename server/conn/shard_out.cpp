@@ -204,13 +204,15 @@ void shard::close_now(std::uint32_t i) noexcept {
   connection& c = _conns.at(i);
   if (c.state == conn_state::free || c.state == conn_state::dead) return;
   _wheel.cancel(i);
+  // The count goes down before the socket closes: a peer that sees the close may connect again
+  // at once, on another shard too, and must find the slot free under --max-connections.
+  _g.connections.fetch_sub(1, std::memory_order_release);
   _io->close(c.fd, token_of(i));
   c.fd = -1;
   if (c.rx) {  // open/closing: an rx_state; before that, plain bytes or an upgrade_job
     if (c.state == conn_state::open || c.state == conn_state::closing) block_as<rx_state>(c.rx)->~rx_state();
     c.rx.reset();
   }
-  _g.connections.fetch_sub(1, std::memory_order_relaxed);
   set_state(i, conn_state::dead);
   if (!(c.flags & flag_send_in_flight)) finish_dead(i);  // else the send's completion does it
 }
