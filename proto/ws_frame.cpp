@@ -56,6 +56,14 @@ std::size_t encode_frame_header(std::span<std::uint8_t, max_server_header_size> 
   return encode_length(out.data(), payload_len, 0);
 }
 
+std::size_t frame_in_place(std::span<std::uint8_t> block, opcode op, std::size_t payload_len) noexcept {
+  std::uint8_t hdr[max_server_header_size];
+  const std::size_t hn = encode_frame_header(std::span<std::uint8_t, max_server_header_size>(hdr), op, true, payload_len);
+  std::memmove(block.data() + hn, block.data() + max_server_header_size, payload_len);
+  std::memcpy(block.data(), hdr, hn);
+  return hn + payload_len;
+}
+
 std::size_t encode_masked_frame_header(std::span<std::uint8_t, max_frame_header_size> out, opcode op, bool fin,
                                        std::uint64_t payload_len, std::array<std::uint8_t, 4> mask) noexcept {
   out[0] = first_byte(op, fin);

@@ -56,6 +56,12 @@ constexpr std::size_t frame_header_size(std::uint64_t payload_len) noexcept {
 std::size_t encode_frame_header(std::span<std::uint8_t, max_server_header_size> out, opcode op, bool fin,
                                 std::uint64_t payload_len) noexcept;
 
+/// Frames a payload written max_server_header_size bytes into `block` (room left for any
+/// header): writes the final, unfragmented header and moves the payload right behind it, so
+/// the frame starts at block[0]. Returns the frame's size. `block` must hold
+/// max_server_header_size + payload_len bytes.
+std::size_t frame_in_place(std::span<std::uint8_t> block, opcode op, std::size_t payload_len) noexcept;
+
 /// Encodes a masked (client) header; returns bytes written (6, 8 or 14).
 std::size_t encode_masked_frame_header(std::span<std::uint8_t, max_frame_header_size> out, opcode op, bool fin,
                                        std::uint64_t payload_len, std::array<std::uint8_t, 4> mask) noexcept;

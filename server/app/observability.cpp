@@ -71,7 +71,7 @@ void register_lag_series(metrics_registry& m, const std::vector<shard*>& shards)
   m.add_histogram_fn("wspush_reactor_loop_lag_seconds", [shards] {
     histogram_snapshot h;
     for (std::uint64_t b : shard_counters::lag_bounds_ns) h.bounds.push_back(double(b) / 1e9);
-    h.counts.assign(std::size(shard_counters{}.lag_buckets), 0);
+    h.counts.assign(std::size(shard_counters::lag_bounds_ns) + 1, 0);  // the last is +Inf
     std::uint64_t sum_ns = 0;
     for (const shard* s : shards) {
       for (std::size_t b = 0; b < h.counts.size(); ++b) h.counts[b] += s->counters().lag_buckets[b].get();

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <ctime>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +14,7 @@
 #include "proto/ws_handshake.hpp"
 #include "server/app/log.hpp"
 #include "server/pubsub/hub.hpp"
+#include "server/reactor/clock.hpp"
 
 namespace wspush::server {
 namespace {
@@ -26,12 +26,6 @@ constexpr std::uint32_t inbox_capacity = 1 << 16;
 /// milliseconds of queueing; the sends they cause go out in slices of their own (shard_out.cpp).
 constexpr std::uint64_t inbox_delivery_budget = 131072;
 constexpr std::uint32_t expire_every_ticks = 1000 / tick_ms;  // the history's TTL sweep: once a second
-
-std::uint64_t monotonic_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 }  // namespace
 

@@ -151,7 +151,7 @@ class shard final : io_handler {
   void count_subscriptions() noexcept;
   proto::grants_view grants_of(std::uint32_t i, bool pub) const noexcept;
   void arm_open(std::uint32_t i, std::uint32_t ticks) noexcept;
-  bool on_expiry_timer(std::uint32_t i) noexcept;
+  void on_expiry_timer(std::uint32_t i) noexcept;
 
   // output (shard_out.cpp)
   bool queue(std::uint32_t i, pool::frame_ref f, bool control = false) noexcept;

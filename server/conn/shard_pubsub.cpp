@@ -11,6 +11,7 @@
 #include "server/conn/shard.hpp"
 #include "server/conn/shard_internal.hpp"
 #include "server/pubsub/hub.hpp"
+#include "server/reactor/clock.hpp"
 
 namespace wspush::server {
 namespace {
@@ -25,11 +26,6 @@ std::int64_t realtime_ms() noexcept {
   return std::int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
 }
 
-std::uint64_t monotonic_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::uint64_t(ts.tv_sec) * 1'000'000'000 + std::uint64_t(ts.tv_nsec);
-}
 
 std::size_t names_bound(std::span<const std::string_view> names) noexcept {
   std::size_t n = 0;
@@ -52,11 +48,7 @@ bool shard::queue_json(std::uint32_t i, std::size_t bound, Encode&& encode) noex
   if (!l) return false;
   std::size_t n = encode(std::span<char>(reinterpret_cast<char*>(l.data()) + room, bound));
   if (n == 0) return false;
-  std::uint8_t hdr[room];
-  std::size_t hn = proto::encode_frame_header(std::span<std::uint8_t, room>(hdr), proto::opcode::text, true, n);
-  std::memmove(l.data() + hn, l.data() + room, n);
-  std::memcpy(l.data(), hdr, hn);
-  l.set_size(hn + n);
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
   if (!queue(i, pool::frame_ref::adopt(std::move(l)))) return false;
   _n.messages_out.add();
   return true;
@@ -223,14 +215,12 @@ void shard::arm_open(std::uint32_t i, std::uint32_t ticks) noexcept {
 /// The deadline was the token's expiry: close with 1008 once it has passed (the wheel's
 /// monotonic ticks and the wall clock may disagree by a little: if it is not quite time yet,
 /// wait for the rest; every other deadline was later than this one).
-bool shard::on_expiry_timer(std::uint32_t i) noexcept {
+void shard::on_expiry_timer(std::uint32_t i) noexcept {
   if (realtime_ms() >= std::int64_t(_sessions.get(i).exp) * 1000) {
     _n.token_expired_closes.add();
-    start_close(i, proto::close_code::policy_violation, true);
-    return true;
+    return start_close(i, proto::close_code::policy_violation, true);
   }
   arm_open(i, UINT32_MAX);
-  return true;
 }
 
 }  // namespace wspush::server

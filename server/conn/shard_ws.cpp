@@ -145,16 +145,12 @@ bool shard::deliver(std::uint32_t i, proto::opcode op, pool::lease& msg, std::sp
                           msg.capacity() - at);
   }
   if (_cfg.mode == app_mode::broadcast && op != proto::opcode::text) return true;
-  std::uint8_t hdr[proto::max_server_header_size];
   pool::lease frame;
   if (msg) {  // assembled in place: put the header right before the payload
-    std::size_t len = msg.size() - rx_state::header_room;
-    std::size_t hn = proto::encode_frame_header(std::span<std::uint8_t, proto::max_server_header_size>(hdr), op, true, len);
-    std::memmove(msg.data() + hn, msg.data() + rx_state::header_room, len);
-    std::memcpy(msg.data(), hdr, hn);
-    msg.set_size(hn + len);
+    msg.set_size(proto::frame_in_place({msg.data(), msg.capacity()}, op, msg.size() - rx_state::header_room));
     frame = std::move(msg);
   } else {
+    std::uint8_t hdr[proto::max_server_header_size];
     std::size_t hn = proto::encode_frame_header(std::span<std::uint8_t, proto::max_server_header_size>(hdr), op, true,
                                                 piece.size());
     frame = _g.buffers->acquire(hn + piece.size());
@@ -224,7 +220,7 @@ void shard::note_message_timer(std::uint32_t i, const proto::ws_reader& r) noexc
 
 void shard::on_open_timer(std::uint32_t i) noexcept {
   connection& c = _conns.at(i);
-  if ((c.flags & flag_timer_exp) && on_expiry_timer(i)) return;
+  if (c.flags & flag_timer_exp) return on_expiry_timer(i);
   if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
     _n.timeouts.add();
     return fail(i, proto::close_code::policy_violation);

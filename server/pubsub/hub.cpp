@@ -1,22 +1,17 @@
 #include "server/pubsub/hub.hpp"
 
 #include <cstring>
-#include <ctime>
 
 #include "proto/envelope.hpp"
 #include "proto/ws_frame.hpp"
 #include "server/conn/shard.hpp"
+#include "server/reactor/clock.hpp"
 
 namespace wspush::server {
 namespace {
 
 constexpr std::string_view event_prefix = R"({"topic":")";
 
-std::uint64_t monotonic_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::uint64_t(ts.tv_sec) * 1'000'000'000 + std::uint64_t(ts.tv_nsec);
-}
 
 }  // namespace
 
@@ -30,11 +25,7 @@ pool::frame_ref hub::encode(std::string_view topic, std::string_view id, std::st
   if (!l) return {};
   std::size_t n = proto::encode_event(topic, id, data_raw, {reinterpret_cast<char*>(l.data()) + room, bound});
   if (n == 0) return {};
-  std::uint8_t hdr[room];
-  std::size_t hn = proto::encode_frame_header(std::span<std::uint8_t, room>(hdr), proto::opcode::text, true, n);
-  std::memmove(l.data() + hn, l.data() + room, n);
-  std::memcpy(l.data(), hdr, hn);
-  l.set_size(hn + n);
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
   return pool::frame_ref::adopt(std::move(l));
 }
 
