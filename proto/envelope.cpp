@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "proto/detail/fixed_writer.hpp"
+
 namespace wspush::proto {
 
 static_assert(envelope_padding >= simdjson::SIMDJSON_PADDING, "envelope_padding must cover simdjson's");
@@ -279,18 +281,13 @@ envelope_result not_an_object(sj::document& doc, std::string_view message) noexc
 
 // ---- encoders --------------------------------------------------------------------------------
 
-/// Appends to a fixed buffer; remembers overflow instead of checking at every call site.
+/// JSON onto a fixed buffer (detail::fixed_writer: an overflow is remembered, size() is then 0).
 class json_writer {
  public:
-  explicit json_writer(std::span<char> out) noexcept : _out(out) {}
+  explicit json_writer(std::span<char> out) noexcept : _w(out) {}
 
   json_writer& raw(std::string_view s) noexcept {
-    if (s.size() > _out.size() - _len) {
-      _overflow = true;
-    } else if (!s.empty()) {  // an empty view may have a null data(): not for memcpy
-      std::memcpy(_out.data() + _len, s.data(), s.size());
-      _len += s.size();
-    }
+    _w << s;
     return *this;
   }
 
@@ -318,7 +315,7 @@ class json_writer {
     return raw("]");
   }
 
-  std::size_t size() const noexcept { return _overflow ? 0 : _len; }
+  std::size_t size() const noexcept { return _w.size(); }
 
  private:
   void escape(unsigned char c) noexcept {
@@ -338,9 +335,7 @@ class json_writer {
     }
   }
 
-  std::span<char> _out;
-  std::size_t _len = 0;
-  bool _overflow = false;
+  detail::fixed_writer _w;
 };
 
 }  // namespace

@@ -6,8 +6,7 @@
 #define OPENSSL_SUPPRESS_DEPRECATED 1
 #include <openssl/sha.h>
 
-#include <charconv>
-#include <cstring>
+#include "proto/detail/fixed_writer.hpp"
 
 namespace wspush::proto {
 namespace {
@@ -32,31 +31,7 @@ void base64_digest(const unsigned char (&d)[20], std::span<char, accept_key_size
   out[o] = '=';
 }
 
-/// Appends to a fixed buffer; remembers overflow instead of checking at every call site.
-class writer {
- public:
-  explicit writer(std::span<char> out) noexcept : _out(out) {}
-  writer& operator<<(std::string_view s) noexcept {
-    if (s.size() > _out.size() - _len) {
-      _overflow = true;
-    } else if (!s.empty()) {  // an empty view may have a null data(): not for memcpy
-      std::memcpy(_out.data() + _len, s.data(), s.size());
-      _len += s.size();
-    }
-    return *this;
-  }
-  writer& operator<<(std::size_t n) noexcept {
-    char digits[24];
-    const auto r = std::to_chars(digits, digits + sizeof digits, n);
-    return *this << std::string_view(digits, static_cast<std::size_t>(r.ptr - digits));
-  }
-  std::size_t size() const noexcept { return _overflow ? 0 : _len; }
-
- private:
-  std::span<char> _out;
-  std::size_t _len = 0;
-  bool _overflow = false;
-};
+using writer = detail::fixed_writer;
 
 }  // namespace
 
