@@ -1,26 +1,30 @@
 #pragma once
 /// \file mpsc_queue.hpp
-/// Bounded multi-producer single-consumer queue for small trivially copyable items
-/// (a `void*` from frame_ref::release_raw(), a handle, a small struct): any thread
-/// posts, one thread (a reactor) drains. Lock-free ring with a sequence number per cell
-/// (Vyukov); the single consumer needs no CAS. Waking the consumer is the caller's
-/// business (the reactor's eventfd).
+/// Bounded multi-producer single-consumer queue for small items (a handle, a small struct
+/// that owns a frame_ref or a lease): any thread posts, one thread (a reactor) drains.
+/// Lock-free ring with a sequence number per cell (Vyukov); the single consumer needs no
+/// CAS. Waking the consumer is the caller's business (the reactor's eventfd).
+///
+/// Items may own resources: a cell holds a live T between push and pop, and the queue
+/// destroys whatever is still queued when it is destroyed.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <type_traits>
+#include <utility>
 
 #include "pool/detail/spin.hpp"
 
 namespace wspush::pool {
 
-/// Items must be trivially copyable: a failed try_push() then loses nothing (the caller
-/// still has its copy), and cells need no destructor.
+/// Items must be nothrow move-constructible. A failed try_push() leaves the item untouched
+/// (the caller still owns it): it is moved from only once its cell is claimed.
 template <class T>
 class mpsc_queue {
-  static_assert(std::is_trivially_copyable_v<T>, "mpsc_queue holds trivially copyable items");
+  static_assert(std::is_nothrow_move_constructible_v<T>, "mpsc_queue items must be nothrow movable");
 
  public:
   /// Allocates `capacity` cells, rounded up to a power of two (at least 2). The only
@@ -31,11 +35,21 @@ class mpsc_queue {
   }
   mpsc_queue(const mpsc_queue&) = delete;
   mpsc_queue& operator=(const mpsc_queue&) = delete;
+  /// Destroys the items still queued. No producer may run concurrently.
+  ~mpsc_queue() {
+    T item;
+    while (try_pop(item)) {
+    }
+  }
 
   std::size_t capacity() const noexcept { return _mask + 1; }
 
-  /// Any thread. False if the queue is full.
-  bool try_push(T item) noexcept {
+  bool try_push(const T& item) noexcept requires std::is_trivially_copyable_v<T> {
+    T copy = item;
+    return try_push(std::move(copy));
+  }
+  /// Any thread. False if the queue is full; `item` is then left as it was.
+  bool try_push(T&& item) noexcept {
     std::size_t pos = _enq.load(std::memory_order_relaxed);
     cell* c;
     for (;;) {
@@ -49,7 +63,7 @@ class mpsc_queue {
         pos = _enq.load(std::memory_order_relaxed);
       }
     }
-    c->value = item;
+    ::new (static_cast<void*>(c->storage)) T(std::move(item));
     c->seq.store(pos + 1, std::memory_order_release);
     return true;
   }
@@ -60,7 +74,9 @@ class mpsc_queue {
     std::size_t pos = _deq.load(std::memory_order_relaxed);
     cell& c = _cells[pos & _mask];
     if (c.seq.load(std::memory_order_acquire) != pos + 1) return false;
-    out = c.value;
+    T* held = std::launder(reinterpret_cast<T*>(c.storage));
+    out = std::move(*held);
+    held->~T();
     c.seq.store(pos + _mask + 1, std::memory_order_release);
     _deq.store(pos + 1, std::memory_order_relaxed);
     return true;
@@ -76,7 +92,7 @@ class mpsc_queue {
  private:
   struct cell {
     std::atomic<std::size_t> seq;
-    T value;
+    alignas(T) unsigned char storage[sizeof(T)];  // a live T between push and pop
   };
 
   static std::size_t round_up(std::size_t n) noexcept {

@@ -383,7 +383,9 @@ bool task_pool::schedule(task t) noexcept {
   return schedule_until(t, detail::clock::time_point::max());
 }
 
-bool task_pool::try_schedule(task t) noexcept {
+bool task_pool::try_schedule(task t) noexcept { return try_schedule_from(t); }
+
+bool task_pool::try_schedule_from(task& t) noexcept {
   if (_ctl->ring.try_push(t) != detail::push_result::ok) return reject();
   after_push();
   return true;

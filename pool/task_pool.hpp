@@ -84,6 +84,9 @@ class task_pool {
   bool schedule(task t) noexcept;
   /// Queues `t` only if there is room right now.
   bool try_schedule(task t) noexcept;
+  /// The same, but a refused `t` stays with the caller, intact (it is moved from only when
+  /// queued): for work that must be retried rather than lost.
+  bool try_schedule_from(task& t) noexcept;
   /// Waits at most `timeout` for a free cell (no drain-to-half: any chance counts).
   bool schedule_for(task t, std::chrono::nanoseconds timeout) noexcept;
 

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -88,4 +89,25 @@ TEST_CASE("mpsc_queue: several producers, one consumer, nothing lost or reordere
   for (auto l : last) CHECK(l == per_producer - 1);
   std::uint64_t extra;
   CHECK_FALSE(q.try_pop(extra));
+}
+
+TEST_CASE("mpsc_queue: move-only items own what they carry; a full queue leaves the item with the caller",
+          "[mpsc_queue]") {
+  auto live = std::make_shared<int>(0);
+  {
+    mpsc_queue<std::unique_ptr<std::shared_ptr<int>>> q(2);
+    auto make = [&] { return std::make_unique<std::shared_ptr<int>>(live); };
+    auto a = make(), b = make(), c = make();
+    REQUIRE(q.try_push(std::move(a)));
+    REQUIRE(q.try_push(std::move(b)));
+    CHECK_FALSE(q.try_push(std::move(c)));
+    REQUIRE(c != nullptr);  // refused: still ours
+    CHECK(live.use_count() == 4);
+    std::unique_ptr<std::shared_ptr<int>> out;
+    REQUIRE(q.try_pop(out));
+    CHECK(*out == live);
+    out.reset();
+    CHECK(live.use_count() == 3);  // c, and the one still queued
+  }
+  CHECK(live.use_count() == 1);  // the queue destroyed what it still held
 }

@@ -178,9 +178,18 @@ TEST_CASE("task_pool: the queue is bounded", "[task_pool]") {
   CHECK_FALSE(pool.try_schedule(count));
   CHECK(pool.stats().rejected == 1);
   CHECK(pool.stats().queue_length == 4);
+  // A refused try_schedule_from leaves the task with the caller, intact: it runs later.
+  auto kept = std::make_unique<int>(7);
+  std::atomic<int> kept_ran{0};
+  task_pool::task held([&kept_ran, k = std::move(kept)] { kept_ran += *k; });
+  CHECK_FALSE(pool.try_schedule_from(held));
+  REQUIRE(held);
+  held();
+  CHECK(kept_ran == 7);
+  CHECK(pool.stats().rejected == 2);
   CHECK_FALSE(pool.schedule_for(count, 2ms));
   CHECK_FALSE(pool.schedule_for(count, 0ns));
-  CHECK(pool.stats().rejected == 3);
+  CHECK(pool.stats().rejected == 4);
 
   // schedule() and a long schedule_for() wait for room, and proceed once there is some.
   std::atomic<int> returned{0};
@@ -203,7 +212,7 @@ TEST_CASE("task_pool: the queue is bounded", "[task_pool]") {
   REQUIRE(eventually([&] { return pool.stats().completed == 7; }));
   CHECK(ran == 6);
   CHECK(pool.stats().waiting_schedulers == 0);
-  CHECK(pool.stats().rejected == 3);
+  CHECK(pool.stats().rejected == 4);
 }
 
 TEST_CASE("task_pool: schedule_for takes the first free cell; schedule waits for a burst",
