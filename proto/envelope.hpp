@@ -135,8 +135,11 @@ constexpr std::size_t event_size_bound(std::string_view topic, std::string_view 
 }
 
 /// `{"topic":"...","id":"...","data":<data_raw>}`; `data_raw` is copied byte for byte.
+/// A valid topic (topic.hpp) needs no escaping, so it lies verbatim at event_topic_offset of
+/// the output: whoever keeps the encoded event can point at its topic without parsing.
 std::size_t encode_event(std::string_view topic, std::string_view id, std::string_view data_raw,
                          std::span<char> out) noexcept;
+inline constexpr std::size_t event_topic_offset = 10;  // after {"topic":"
 /// `{"op":"subbed","topics":[...],"lost":[...]}`; `lost` is always present.
 std::size_t encode_subbed(std::span<const std::string_view> topics, std::span<const std::string_view> lost,
                           std::span<char> out) noexcept;

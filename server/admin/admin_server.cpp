@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "server/admin/metrics.hpp"
-#include "server/app/log.hpp"
+#include "server/base/log.hpp"
 #include "server/net/socket_ops.hpp"
 #include "server/reactor/io_backend.hpp"
 

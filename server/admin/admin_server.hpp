@@ -49,7 +49,7 @@ class admin_server {
   admin_server(const admin_server&) = delete;
   admin_server& operator=(const admin_server&) = delete;
 
-  /// Binds the listener and starts the thread. Throws (config_error, std::runtime_error) when
+  /// Binds the listener and starts the thread. Throws std::runtime_error when
   /// the address is bad or taken: start-up is the place for it.
   void start();
   /// Thread-safe, idempotent: closes every admin connection and joins the thread.

@@ -31,10 +31,7 @@ std::string read_secret_file(const std::string& path) {
 }
 
 [[noreturn]] void bad(std::string_view name, std::string_view value, std::string_view want) {
-  std::string option(name);  // the macros below pass the field's name: spell it as the option
-  for (char& ch : option)
-    if (ch == '_') ch = '-';
-  throw config_error("--" + option + ": '" + std::string(value) + "' is not " + std::string(want));
+  throw config_error("--" + std::string(name) + ": '" + std::string(value) + "' is not " + std::string(want));
 }
 
 template <class T>
@@ -67,12 +64,13 @@ std::string fmt_seconds(double d) {
   return s;
 }
 
-#define U32(field, min, max) \
+// NAME is the option as the user spells it (for messages), FIELD the config member it sets.
+#define U32(name, field, min, max) \
   [](const config& c) { return std::to_string(c.field); }, [](config& c, std::string_view v) { \
-    c.field = parse_uint<std::uint32_t>(#field, v, min, max); }
-#define SECS(field) \
+    c.field = parse_uint<std::uint32_t>(name, v, min, max); }
+#define SECS(name, field) \
   [](const config& c) { return fmt_seconds(c.field); }, [](config& c, std::string_view v) { \
-    c.field = parse_seconds(#field, v); }
+    c.field = parse_seconds(name, v); }
 
 const std::vector<option>& options() {
   static const std::vector<option> opts = {
@@ -82,7 +80,7 @@ const std::vector<option>& options() {
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
       {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",
        [](const config&) { return std::string("(unset)"); }, [](config& c, std::string_view v) { c.api_key = v; }},
-      {"max-body-bytes", "N", "largest admin request body; past it: HTTP 413", U32(max_body_bytes, 1024, 1u << 30)},
+      {"max-body-bytes", "N", "largest admin request body; past it: HTTP 413", U32("max-body-bytes", max_body_bytes, 1024, 1u << 30)},
       {"mode", "pubsub|echo|broadcast",
        "pubsub: the topic protocol (sub/unsub/pub, publish API, history); echo: every message back to its "
        "sender; broadcast: every text message to all",
@@ -122,39 +120,39 @@ const std::vector<option>& options() {
        [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
        [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},
       {"max-connections", "N", "WebSocket connections per process; past it upgrades get 503 (0: no limit)",
-       U32(max_connections, 0, 100'000'000)},
-      {"max-request-bytes", "N", "largest upgrade request; past it: HTTP 431", U32(max_request_bytes, 256, 65536)},
-      {"max-frame-bytes", "N", "largest frame payload; past it: close 1009", U32(max_frame_bytes, 125, 1u << 30)},
+       U32("max-connections", conn.max_connections, 0, 100'000'000)},
+      {"max-request-bytes", "N", "largest upgrade request; past it: HTTP 431", U32("max-request-bytes", conn.max_request_bytes, 256, 65536)},
+      {"max-frame-bytes", "N", "largest frame payload; past it: close 1009", U32("max-frame-bytes", conn.max_frame_bytes, 125, 1u << 30)},
       {"max-message-bytes", "N", "largest message; past it: close 1009 (0: 64 KiB in pubsub mode, 16 MiB in the others)",
-       U32(max_message_bytes, 0, 1u << 30)},
-      {"max-pending-bytes", "N", "unsent output per connection; past it: close 1013 (slow consumer)",
-       [](const config& c) { return std::to_string(c.max_pending_bytes); },
+       U32("max-message-bytes", conn.max_message_bytes, 0, 1u << 30)},
+      {"max-pending-bytes", "N", "output a connection leaves unread (what the kernel would not take); past it: close 1013 (slow consumer)",
+       [](const config& c) { return std::to_string(c.conn.max_pending_bytes); },
        [](config& c, std::string_view v) {
-         c.max_pending_bytes = parse_uint<std::uint64_t>("max-pending-bytes", v, 4096, std::uint64_t(1) << 34);
+         c.conn.max_pending_bytes = parse_uint<std::uint64_t>("max-pending-bytes", v, 4096, std::uint64_t(1) << 34);
        }},
       {"allow-client-publish", "", "with --auth=none, let clients publish (`pub`); with tokens their `pub` claim decides",
-       [](const config& c) { return std::string(c.allow_client_publish ? "true" : "false"); },
-       [](config& c, std::string_view v) { c.allow_client_publish = parse_bool("allow-client-publish", v); }},
+       [](const config& c) { return std::string(c.session.allow_client_publish ? "true" : "false"); },
+       [](config& c, std::string_view v) { c.session.allow_client_publish = parse_bool("allow-client-publish", v); }},
       {"max-topics-per-connection", "N", "subscriptions one connection may hold; past it: error too_many_subscriptions",
-       U32(max_topics_per_connection, 1, 100'000)},
-      {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none", U32(history_size, 0, 1'000'000)},
-      {"history-ttl", "SECONDS", "events older than this leave the history", SECS(history_ttl)},
+       U32("max-topics-per-connection", session.max_topics_per_connection, 1, 100'000)},
+      {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none", U32("history-size", history_size, 0, 1'000'000)},
+      {"history-ttl", "SECONDS", "events older than this leave the history", SECS("history-ttl", history_ttl)},
       {"history-max-bytes", "N", "memory cap of the whole history; past it the oldest events go first",
        [](const config& c) { return std::to_string(c.history_max_bytes); },
        [](config& c, std::string_view v) {
          c.history_max_bytes = parse_uint<std::uint64_t>("history-max-bytes", v, 65536, std::uint64_t(1) << 40);
        }},
-      {"upgrade-timeout", "SECONDS", "time allowed to complete the HTTP upgrade", SECS(upgrade_timeout)},
-      {"close-timeout", "SECONDS", "time the peer gets to answer our close frame", SECS(close_timeout)},
+      {"upgrade-timeout", "SECONDS", "time allowed to complete the HTTP upgrade", SECS("upgrade-timeout", conn.upgrade_timeout)},
+      {"close-timeout", "SECONDS", "time the peer gets to answer our close frame", SECS("close-timeout", conn.close_timeout)},
       {"message-timeout", "SECONDS", "time allowed for a started frame or message to complete (else close 1008)",
-       SECS(message_timeout)},
-      {"ping-interval", "SECONDS", "ping a connection that has sent nothing for this long", SECS(ping_interval)},
-      {"pong-timeout", "SECONDS", "close a pinged connection that sends nothing back within this", SECS(pong_timeout)},
+       SECS("message-timeout", conn.message_timeout)},
+      {"ping-interval", "SECONDS", "ping a connection that has sent nothing for this long", SECS("ping-interval", conn.ping_interval)},
+      {"pong-timeout", "SECONDS", "close a pinged connection that sends nothing back within this", SECS("pong-timeout", conn.pong_timeout)},
       {"drain-seconds", "SECONDS", "on SIGTERM, spread the 1001 closes over this window (clients reconnect staggered)",
-       SECS(drain_seconds)},
-      {"pool-workers", "N", "task pool workers started at once", U32(pool_workers, 1, 1024)},
-      {"pool-max-workers", "N", "task pool workers at most (0: cores)", U32(pool_max_workers, 0, 1024)},
-      {"pool-queue", "N", "task pool queue bound; when full, accepting pauses", U32(pool_queue, 16, 1u << 20)},
+       SECS("drain-seconds", loop.drain_seconds)},
+      {"pool-workers", "N", "task pool workers started at once", U32("pool-workers", pool_workers, 1, 1024)},
+      {"pool-max-workers", "N", "task pool workers at most (0: cores)", U32("pool-max-workers", pool_max_workers, 0, 1024)},
+      {"pool-queue", "N", "task pool queue bound; when full, accepting pauses", U32("pool-queue", pool_queue, 16, 1u << 20)},
   };
   return opts;
 }
@@ -214,10 +212,10 @@ config parse_config(int argc, char** argv) {
     throw config_error("no token secret: give --jwt-secret or --jwt-secret-file (or WSPUSH_JWT_SECRET), "
                        "or --auth=none to let anyone connect without a token");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());
-  c.max_message_bytes = c.message_limit();
-  if (c.allow_client_publish && !c.auth_none)
+  if (c.conn.max_message_bytes == 0) c.conn.max_message_bytes = c.mode == app_mode::pubsub ? 64u << 10 : 16u << 20;
+  if (c.session.allow_client_publish && !c.auth_none)
     throw config_error("--allow-client-publish is for --auth=none; with tokens the `pub` claim decides who may publish");
-  if (c.max_frame_bytes > c.max_message_bytes) c.max_frame_bytes = c.max_message_bytes;
+  if (c.conn.max_frame_bytes > c.conn.max_message_bytes) c.conn.max_frame_bytes = c.conn.max_message_bytes;
   return c;
 }
 

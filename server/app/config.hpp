@@ -2,10 +2,15 @@
 // Start-up configuration. Every option is `--name VALUE`, `--name=VALUE`, or the
 // environment variable WSPUSH_NAME (upper case, '-' as '_'); the command line wins.
 // Parsing throws config_error (start-up is the one place exceptions may escape).
+//
+// The options of each floor are the floor's own struct (base/options.hpp); this one composes
+// them with what only the wiring needs (addresses, mode, threads, secrets, pool, history).
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "server/base/options.hpp"
 
 namespace wspush::server {
 
@@ -23,31 +28,16 @@ struct config {
   bool auth_none = false;
   std::string jwt_secret;       // from --jwt-secret, or read from --jwt-secret-file
   bool reuseport = false;
-  bool allow_client_publish = false;  // with --auth=none: clients may `pub`
-  std::uint32_t max_topics_per_connection = 64;
   std::uint32_t history_size = 100;   // per topic
   double history_ttl = 300;
   std::uint64_t history_max_bytes = std::uint64_t(256) << 20;
-  std::uint32_t max_connections = 0;  // 0: bounded only by open files
-  std::uint32_t max_request_bytes = 8192;
-  std::uint32_t max_frame_bytes = 16u << 20;
-  std::uint32_t max_message_bytes = 0;  // 0 until parsed: 64 KiB in pubsub mode, 16 MiB in the others
-  std::uint64_t max_pending_bytes = 4u << 20;
-  double upgrade_timeout = 5;
-  double close_timeout = 5;
-  double message_timeout = 30;
-  double ping_interval = 30;   // keepalive: ping a connection silent this long
-  double pong_timeout = 10;    // and close it if nothing arrives within this after the ping
-  double drain_seconds = 5;    // SIGTERM: 1001 closes spread over this window
   unsigned pool_workers = 1;       // initial
   unsigned pool_max_workers = 0;   // 0: cores
   unsigned pool_queue = 4096;
+  loop_options loop;
+  conn_options conn{.max_message_bytes = 0};  // 0 until parsed: 64 KiB in pubsub mode, 16 MiB in the others
+  session_options session;
   bool show_help = false;
-
-  /// The message size limit in force: max_message_bytes, or the mode's default while it is 0.
-  std::uint32_t message_limit() const noexcept {
-    return max_message_bytes ? max_message_bytes : mode == app_mode::pubsub ? 64u << 10 : 16u << 20;
-  }
 };
 
 struct config_error : std::runtime_error {

@@ -16,11 +16,12 @@
 
 #include "pool/buffer_pool.hpp"
 #include "pool/task_pool.hpp"
-#include "server/app/config.hpp"
 #include "server/admin/admin_server.hpp"
-#include "server/app/log.hpp"
-#include "server/app/observability.hpp"
-#include "server/conn/shard.hpp"
+#include "server/app/config.hpp"
+#include "server/app/hub_sink.hpp"
+#include "server/app/metrics_wiring.hpp"
+#include "server/app/shard.hpp"
+#include "server/base/log.hpp"
 #include "server/net/socket_ops.hpp"
 
 using namespace wspush::server;
@@ -54,7 +55,7 @@ void log_startup(const config& cfg, const nofile_limits& nf) {
   if (cfg.auth_none)
     log(log_level::warn, "auth: NONE (--auth=none): anyone who can reach the port may connect without a token%s",
         cfg.mode != app_mode::pubsub ? ""
-        : cfg.allow_client_publish ? " and subscribe to ANY topic and PUBLISH to any topic (--allow-client-publish)"
+        : cfg.session.allow_client_publish ? " and subscribe to ANY topic and PUBLISH to any topic (--allow-client-publish)"
                                    : " and subscribe to ANY topic (clients cannot publish)");
   else
     log(log_level::info, "auth: HS256 tokens (?token= or cookie wspush_token)");
@@ -77,7 +78,7 @@ std::vector<shard_start> start_shards(std::vector<std::unique_ptr<shard>>& shard
   std::latch ready(std::ptrdiff_t(shards.size()));
   for (std::size_t k = 0; k < shards.size(); ++k) {
     threads.emplace_back([&, k] {
-      starts[k].ok = shards[k]->start_backend(starts[k].why, starts[k].fell_back);
+      starts[k].ok = shards[k]->start(starts[k].why, starts[k].fell_back);
       shard_start mine = starts[k];
       ready.count_down();  // `starts` and `ready` may be gone after this
       if (mine.ok) shards[k]->run();
@@ -101,6 +102,20 @@ admin_options admin_options_of(const config& cfg) {
   return o;
 }
 
+std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush::pool::buffer_pool& buffers) {
+  if (cfg.mode == app_mode::echo) return nullptr;
+  wspush::server::pubsub::history_options ho;
+  ho.size_per_topic = cfg.history_size;
+  ho.ttl_ns = std::uint64_t(cfg.history_ttl * 1e9);
+  ho.max_bytes = cfg.history_max_bytes;
+  auto h = std::make_unique<wspush::server::pubsub::hub>(ho, buffers);
+  if (cfg.mode == app_mode::pubsub)
+    log(log_level::info, "history: %u events per topic, %gs, at most %llu bytes in all (epoch %.*s)", cfg.history_size,
+        cfg.history_ttl, (unsigned long long)cfg.history_max_bytes, int(h->events().epoch().size()),
+        h->events().epoch().data());
+  return h;
+}
+
 int run(const config& cfg) {
   nofile_limits nf = raise_nofile_limit();
   log_startup(cfg, nf);
@@ -114,38 +129,29 @@ int run(const config& cfg) {
   wspush::pool::buffer_pool buffers;
   std::optional<wspush::proto::jwt_verifier> tokens;
   if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
-  shard_group group;
-  std::optional<hub> bus;
-  if (cfg.mode == app_mode::pubsub) {
-    wspush::server::pubsub::history_options ho;
-    ho.size_per_topic = cfg.history_size;
-    ho.ttl_ns = std::uint64_t(cfg.history_ttl * 1e9);
-    ho.max_bytes = cfg.history_max_bytes;
-    bus.emplace(ho, buffers, group.shards);
-    group.hub = &*bus;
-    log(log_level::info, "history: %u events per topic, %gs, at most %llu bytes in all (epoch %.*s)", cfg.history_size,
-        cfg.history_ttl, (unsigned long long)cfg.history_max_bytes, int(bus->history().epoch().size()),
-        bus->history().epoch().data());
-  }
-  group.cfg = &cfg;
-  group.tokens = tokens ? &*tokens : nullptr;
-  group.tasks = &tasks;
-  group.buffers = &buffers;
+  std::unique_ptr<wspush::server::pubsub::hub> hub = make_hub(cfg, buffers);
+  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get()};
   std::vector<std::unique_ptr<shard>> shards;
-  for (unsigned k = 0; k < cfg.threads; ++k) shards.push_back(std::make_unique<shard>(group, int(k), listeners[k]));
-  for (auto& s : shards) group.shards.push_back(s.get());
+  std::vector<shard*> shard_ptrs;
+  std::vector<wspush::server::pubsub::event_port*> ports;
+  for (unsigned k = 0; k < cfg.threads; ++k) {
+    shards.push_back(std::make_unique<shard>(shared, int(k), listeners[k]));
+    shard_ptrs.push_back(shards.back().get());
+    if (shards.back()->port()) ports.push_back(shards.back()->port());
+  }
+  if (hub) hub->attach(ports);
 
   std::vector<std::thread> threads;
   std::vector<shard_start> starts = start_shards(shards, threads);
   if (starts[0].fell_back) log(log_level::info, "io backend: epoll (fallback: %s)", starts[0].why.c_str());
   else log(log_level::info, "io backend: %s", shards[0]->backend_name());
   metrics_registry metrics;
-  register_process_metrics(metrics, group.shards, tasks);
+  register_process_metrics(metrics, shard_ptrs, tasks);
   no_pubsub_sink no_sink;
   std::optional<hub_sink> sink;
-  if (bus) {
-    register_pubsub_metrics(metrics, group.shards, *bus);
-    sink.emplace(*bus);
+  if (hub && cfg.mode == app_mode::pubsub) {
+    register_pubsub_metrics(metrics, shard_ptrs, *hub);
+    sink.emplace(*hub);
   }
   admin_server admin(admin_options_of(cfg), sink ? static_cast<publish_sink&>(*sink) : no_sink, &metrics);
   admin.start();
@@ -158,13 +164,15 @@ int run(const config& cfg) {
   // the admin listener keeps answering.
   admin.set_draining(true);
   log(log_level::info, "%s: closing connections with 1001 over %gs and shutting down",
-      sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_seconds);
-  for (auto& s : shards) s->post({inbox_item::drain, nullptr});
+      sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.loop.drain_seconds);
+  for (auto& s : shards) s->request_drain();
+  // A shard that has drained stops; the hub's ports never wait on it (publishes to it are
+  // dropped and counted), so the admin listener keeps answering until every shard is done.
   for (auto& t : threads) t.join();
   admin.stop();
   tasks.shutdown(wspush::pool::shutdown_mode::soft_timeout);
   std::uint64_t accepted = 0;
-  for (auto& s : shards) accepted += s->counters().accepted.get();
+  for (auto& s : shards) accepted += s->conn_stats().accepted.get();
   for (std::size_t k = 0; k < listeners.size(); ++k)
     if (k == 0 || listeners[k] != listeners[0]) ::close(listeners[k]);
   log(log_level::info, "stopped (%llu connections accepted)", (unsigned long long)accepted);
@@ -194,7 +202,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   try {
     return run(cfg);
-  } catch (const config_error& e) {
+  } catch (const std::exception& e) {  // start-up: an address taken, a thread that would not start
     log(log_level::error, "%s", e.what());
     return 1;
   }

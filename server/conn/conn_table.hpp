@@ -1,12 +1,13 @@
 #pragma once
 // The per-loop slab of connection records, in chunks allocated as the table grows, so
 // memory follows the number of connections and records never move (nginx's connection
-// array, grown in pieces). Free slots form a list through `flush_next`.
+// array, grown in pieces). Free slots form a list through `last_rx`, unused while free.
 
 #include <memory>
 #include <vector>
 
 #include "server/conn/connection.hpp"
+#include "server/reactor/timer_wheel.hpp"
 
 namespace wspush::server {
 
@@ -14,13 +15,13 @@ class conn_table {
  public:
   static constexpr std::uint32_t chunk_size = 4096;
 
-  /// A free slot with a fresh generation, or no_index when `limit` is reached.
+  /// A free slot with a fresh generation, or no_index when `limit` is reached or memory ran out.
   std::uint32_t acquire(std::uint32_t limit) noexcept {
     if (_count >= limit || (_free == no_index && !grow())) return no_index;
     std::uint32_t i = _free;
     connection& c = at(i);
-    _free = c.flush_next;
-    c.flush_next = no_index;
+    _free = c.last_rx;
+    c.last_rx = 0;
     c.gen = (c.gen + 1) & 0xFFFFFF;
     if (c.gen == 0) c.gen = 1;  // token 0 is reserved
     ++_count;
@@ -32,12 +33,13 @@ class conn_table {
     c.state = conn_state::free;
     c.flags = 0;
     c.fd = -1;
-    c.flush_next = _free;
+    c.last_rx = _free;
     _free = i;
     --_count;
   }
 
   connection& at(std::uint32_t i) noexcept { return _chunks[i / chunk_size][i % chunk_size]; }
+  const connection& at(std::uint32_t i) const noexcept { return _chunks[i / chunk_size][i % chunk_size]; }
 
   /// The live record for a token, or nullptr if the slot was released or reused since.
   connection* find(conn_token t) noexcept {
@@ -56,7 +58,7 @@ class conn_table {
     if (!chunk) return false;
     std::uint32_t base = _capacity;
     for (std::uint32_t k = chunk_size; k-- > 0;) {  // lowest index first out of the free list
-      chunk[k].flush_next = _free;
+      chunk[k].last_rx = _free;
       _free = base + k;
     }
     _chunks.push_back(std::move(chunk));

@@ -1,14 +1,20 @@
 #pragma once
-// The per-connection record. An idle open connection is this record and its kernel socket:
-// no thread, no stack, no buffer. Partial input (an unfinished upgrade request, a frame
-// header split across reads, a message still arriving) and queued output borrow leased
-// blocks that go back to the pool as soon as they are empty.
+// The per-connection record. An idle open connection is this record, the loop's 16 bytes of
+// links for its slot, and its kernel socket: no thread, no stack, no buffer. Partial input (an
+// unfinished upgrade request, a frame header split across reads, a message still arriving)
+// and queued output borrow leased blocks that go back to the pool as soon as they are empty.
 
 #include <cstdint>
+#include <memory>
+#include <new>
 
 #include "pool/lease.hpp"
+#include "pool/leased.hpp"
+#include "proto/http_upgrade.hpp"
+#include "proto/ws_frame.hpp"
+#include "proto/ws_reader.hpp"
+#include "server/conn/out_queue.hpp"
 #include "server/reactor/io_backend.hpp"
-#include "server/reactor/timer_wheel.hpp"
 
 namespace wspush::server {
 
@@ -18,38 +24,101 @@ enum class conn_state : std::uint8_t {
   upgrade_pending,  // the request is being handled by a pool worker
   open,             // WebSocket frames flow
   closing,          // we sent a close frame (or an HTTP error) and wait for the peer or a timeout
-  dead,             // socket closed; the slot waits for a send still in flight
+  dead,             // socket closed; the slot waits for a send still in flight to end
 };
+inline constexpr std::size_t conn_state_count = 6;
 
 enum conn_flag : std::uint16_t {
   flag_send_in_flight = 1 << 0,   // an asynchronous send holds the head of the output queue
   flag_wait_writable = 1 << 1,    // a short synchronous send: waiting for on_writable
   flag_close_when_flushed = 1 << 2,
-  flag_listed = 1 << 3,           // on the shard's flush list
+  flag_listed = 1 << 3,           // on the loop's flush list
   flag_rearm_read = 1 << 4,       // reading paused (io_uring buffers ran out): re-arm
-  flag_read_broken = 1 << 5,      // input no longer parsed (after a protocol error)
+  flag_read_broken = 1 << 5,      // input no longer parsed (after a protocol error or a close)
   flag_linger_when_flushed = 1 << 6,  // half-close when flushed, then read until EOF or timeout
   flag_timer_message = 1 << 7,  // the armed deadline is the message timeout, not keepalive
   flag_ping_sent = 1 << 8,      // a keepalive ping is unanswered
-  flag_timer_exp = 1 << 9,      // the armed deadline is the token's expiry
-  // Bits 13..15: client messages refused in a row (pubsub); at 7 the connection is closed.
-  flag_errors_shift = 13,
-  flag_errors_mask = 7 << 13,
+  flag_timer_exp = 1 << 9,      // the armed deadline is the application's expiry
+  flag_counted_out = 1 << 10,   // already left the --max-connections count
+  flag_app_open = 1 << 11,      // the application accepted it (on_open): on_close is owed
+  // Bits 13..15 belong to the application (conn_ops::app_bits).
+  flag_app_shift = 13,
+  flag_app_mask = 7 << 13,
 };
 
-/// Budget: 48 bytes, so 1,000,000 idle connections cost 48 MB of records.
+/// An upgrade request in progress: this header, then the request bytes (and any frame bytes
+/// that came right behind it). The whole block travels to a pool worker and back.
+struct upgrade_job {
+  std::uint64_t token = 0;
+  proto::upgrade_parser parser{8192};  // the configured limit is set on creation
+  std::uint32_t len = 0;       // bytes received
+  std::uint32_t consumed = 0;  // end of the request, once parsed
+  // Where the loop's parse found what the worker needs, as offsets into the bytes: the worker
+  // does not parse the request again.
+  std::uint32_t key_at = 0, key_len = 0, token_at = 0, token_len = 0;
+  // The token's grants (compact form) the worker appends after the request bytes, and its exp.
+  std::uint32_t grants_at = 0, topics_len = 0, pub_len = 0;
+  std::int64_t exp = 0;
+  std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
+  const char* reason = "";     // static text for the error body
+  std::uint32_t reason_len = 0;
+  std::uint8_t response[256];  // the 101 response, written by the worker
+  std::uint32_t response_len = 0;
+};
+using upgrade_job_ref = pool::leased<upgrade_job>;
+
+/// Input state of an open connection in the middle of something: a frame header or control
+/// frame split across reads (the tail), a frame's payload still arriving, a message
+/// assembling. An idle connection has none of this: its reader is fresh and lives on the stack.
+struct ws_rx {
+  proto::ws_reader reader;
+  pool::lease msg;            // [message_header_room][payload so far], framed in place when complete
+  std::uint32_t msg_len = 0;
+  proto::opcode msg_op = proto::opcode::text;
+  std::uint8_t tail_len = 0;
+  std::uint8_t tail[160];     // > 14 (a header) and > 131 (a whole control frame)
+};
+
+/// A connection's partial input: which block it holds (if any) follows its state.
+///   upgrading        job:   the request so far
+///   upgrade_pending  early: bytes that arrived while a worker handles the request
+///   open, closing    ws:    an unfinished frame or message
+/// Each member is one pointer; the active one is switched only while empty.
+union rx_hold {
+  upgrade_job_ref job;
+  pool::lease early;
+  pool::leased<ws_rx> ws;
+  rx_hold() noexcept : early() {}
+  ~rx_hold() {}
+};
+
+/// Budget: 32 bytes (plus the loop's 16 for the slot's links), so a million idle connections
+/// cost 48 MB of records.
 struct connection {
   std::int32_t fd = -1;
   std::uint32_t gen = 0;       // bumped on every reuse of the slot; part of the token
-  timer_links timer;           // the deadline of the current stage
-  std::uint32_t flush_next = no_index;  // flush list link; free list link when free
-  pool::lease rx;              // partial input, see rx_state; empty when idle
-  pool::lease tx;              // queued output, see out_queue; empty when idle
-  std::uint32_t last_rx = 0;   // wheel tick of the last bytes received (keepalive)
+  rx_hold rx;
+  out_queue tx;                // queued output; empty when idle
+  std::uint32_t last_rx = 0;   // wheel tick of the last bytes received (keepalive); free-list link when free
   conn_state state = conn_state::free;
   std::uint16_t flags = 0;
+
+  connection() noexcept = default;
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+  ~connection() { drop_rx(); }
+
+  /// Releases the partial input of the current state.
+  void drop_rx() noexcept {
+    switch (state) {
+      case conn_state::upgrading: rx.job.reset(); break;
+      case conn_state::open:
+      case conn_state::closing: rx.ws.reset(); break;
+      default: rx.early.reset(); break;
+    }
+  }
 };
-static_assert(sizeof(connection) <= 48, "connection record over its 48-byte budget");
+static_assert(sizeof(connection) <= 32, "connection record over its 32-byte budget");
 
 inline conn_token make_token(std::uint32_t index, std::uint32_t gen) noexcept {
   return (std::uint64_t(gen & 0xFFFFFF) << 32) | index;

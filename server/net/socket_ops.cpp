@@ -9,18 +9,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/app/config.hpp"
+#include <stdexcept>
 
 namespace wspush::server {
 
 endpoint parse_endpoint(const std::string& text) {
   auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw config_error("'" + text + "' is not ADDR:PORT");
+  if (colon == std::string::npos) throw std::runtime_error("'" + text + "' is not ADDR:PORT");
   std::string host = text.substr(0, colon), port_s = text.substr(colon + 1);
   unsigned port = 0;
   auto [p, ec] = std::from_chars(port_s.data(), port_s.data() + port_s.size(), port);
   if (ec != std::errc{} || p != port_s.data() + port_s.size() || port > 65535)
-    throw config_error("'" + text + "': bad port");
+    throw std::runtime_error("'" + text + "': bad port");
   endpoint ep;
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ep.addr);
@@ -34,7 +34,7 @@ endpoint parse_endpoint(const std::string& text) {
     v6->sin6_port = htons(std::uint16_t(port));
     ep.len = sizeof(sockaddr_in6);
   } else {
-    throw config_error("'" + text + "': '" + host + "' is not an IP address");
+    throw std::runtime_error("'" + text + "': '" + host + "' is not an IP address");
   }
   return ep;
 }
@@ -55,14 +55,14 @@ std::string local_name_of(const endpoint& ep) {
 
 int make_listener(const endpoint& ep, int backlog, bool reuseport) {
   int fd = socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw config_error(std::string("socket: ") + std::strerror(errno));
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.len) < 0 || listen(fd, backlog) < 0) {
     int e = errno;
     ::close(fd);
-    throw config_error("cannot listen on " + local_name_of(ep) + ": " + std::strerror(e));
+    throw std::runtime_error("cannot listen on " + local_name_of(ep) + ": " + std::strerror(e));
   }
   return fd;
 }

@@ -13,7 +13,7 @@ struct endpoint {
   socklen_t len = 0;
 };
 
-/// Parses "ADDR:PORT" ("0.0.0.0:8080", "127.0.0.1:0", "[::1]:8080"). Throws config_error.
+/// Parses "ADDR:PORT" ("0.0.0.0:8080", "127.0.0.1:0", "[::1]:8080"). Throws std::runtime_error with a message fit for the user.
 endpoint parse_endpoint(const std::string& text);
 /// A non-blocking listening socket with SO_REUSEADDR (and SO_REUSEPORT if asked: then
 /// other sockets that ask too may bind the same port). Throws on failure.

@@ -208,14 +208,14 @@ history::history(history_options o) : _o(std::move(o)) {
   if (_epoch.size() > max_epoch_bytes) throw std::invalid_argument("history epoch too long");
   for (char c : _epoch)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) throw std::invalid_argument("history epoch not base36");
-  std::uint32_t n = std::bit_ceil(std::max<std::uint32_t>(_o.shards, 1));
+  std::uint32_t n = std::bit_ceil(std::max<std::uint32_t>(_o.parts, 1));
   _mask = n - 1;
   _parts = std::make_unique<history_part[]>(n);
 }
 
 history::~history() = default;
 
-std::uint32_t history::shard_of(std::string_view topic) const noexcept {
+std::uint32_t history::part_of(std::string_view topic) const noexcept {
   // The high bits: the map inside the part buckets by the low ones.
   return std::uint32_t(detail::sv_hash{}(topic) >> 40) & _mask;
 }
@@ -238,16 +238,16 @@ bool history::parse_id(std::string_view id, std::uint64_t& seq) const noexcept {
   return ec == std::errc() && end == digits.data() + digits.size();
 }
 
-std::uint64_t history::last_seq(std::uint32_t shard) const noexcept {
-  history_part& p = _parts[shard & _mask];
+std::uint64_t history::last_seq(std::uint32_t part) const noexcept {
+  history_part& p = _parts[part & _mask];
   std::lock_guard lock(p.mu);
   return p.seq;
 }
 
 append_result history::append_impl(std::string_view topic, std::uint64_t now_ns, void* ctx, make_fn make) noexcept {
   append_result r;
-  r.shard = shard_of(topic);
-  history_part& p = _parts[r.shard];
+  r.part = part_of(topic);
+  history_part& p = _parts[r.part];
   {
     std::lock_guard lock(p.mu);
     history_id id = format_id(p.seq + 1);
@@ -298,7 +298,7 @@ replay_result history::replay_impl(std::string_view topic, std::string_view sinc
   replay_result r;
   std::uint64_t since = 0;
   bool known = parse_id(since_id, since);
-  history_part& p = _parts[shard_of(topic)];
+  history_part& p = _parts[part_of(topic)];
   std::lock_guard lock(p.mu);
   auto it = p.topics.find(topic);
   topic_map::value_type* t = it != p.topics.end() ? &*it : nullptr;

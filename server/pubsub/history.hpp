@@ -3,7 +3,7 @@
 /// Per-topic bounded history for resume (`sub` with `since`), shared by every shard.
 ///
 /// Threading: publishes come from any thread (admin listener, bus, clients' `pub` on any
-/// shard), so the history is split into `shards` parts by topic hash, each behind its own
+/// shard), so the history is split by topic hash into `parts` parts, each behind its own
 /// mutex; a call locks exactly one part at a time (never two: no lock order to get wrong).
 ///
 /// Ids are `"<epoch>:<seq>"`. The epoch is a short random base36 tag chosen at construction,
@@ -46,7 +46,7 @@ struct history_options {
   std::uint32_t size_per_topic = 100;           ///< --history-size; 0 keeps nothing (ids still issued)
   std::uint64_t ttl_ns = 300'000'000'000ull;    ///< --history-ttl; 0: no age limit
   std::size_t max_bytes = std::size_t{256} << 20;  ///< global cap (frames + bookkeeping)
-  std::uint32_t shards = 16;                    ///< parts; rounded up to a power of two
+  std::uint32_t parts = 16;                     ///< parts; rounded up to a power of two
   std::string epoch;                            ///< empty: random; tests fix it
 };
 
@@ -62,7 +62,7 @@ struct history_stats {
 
 struct append_result {
   bool ok = false;          ///< false: the frame maker returned an empty frame, or out of memory
-  std::uint32_t shard = 0;  ///< the part (for the reactor's `fanned` bookkeeping)
+  std::uint32_t part = 0;   ///< the part (for the reactor's `fanned` bookkeeping)
   std::uint64_t seq = 0;
 };
 
@@ -94,8 +94,8 @@ class history {
   history& operator=(const history&) = delete;
 
   std::string_view epoch() const noexcept { return _epoch; }
-  std::uint32_t shard_count() const noexcept { return _mask + 1; }
-  std::uint32_t shard_of(std::string_view topic) const noexcept;
+  std::uint32_t part_count() const noexcept { return _mask + 1; }
+  std::uint32_t part_of(std::string_view topic) const noexcept;
   history_id format_id(std::uint64_t seq) const noexcept;
   /// The seq of an id of this epoch; false for a foreign epoch or a malformed id.
   bool parse_id(std::string_view id, std::uint64_t& seq) const noexcept;
@@ -137,8 +137,8 @@ class history {
   /// Sums every part (locks each in turn; a consistent total only when nothing runs).
   history_stats stats() const noexcept;
 
-  /// The highest seq issued so far by part `shard`.
-  std::uint64_t last_seq(std::uint32_t shard) const noexcept;
+  /// The highest seq issued so far by part `part`.
+  std::uint64_t last_seq(std::uint32_t part) const noexcept;
 
  private:
   using make_fn = pool::frame_ref (*)(void*, std::string_view, std::uint64_t) noexcept;

@@ -1,58 +1,73 @@
 #pragma once
 /// \file hub.hpp
-/// The embedded bus: where a publish becomes one framed event, enters the history, and
-/// reaches every shard. Each shard then fans the shared frame out to its own subscribers
-/// (its topic_registry); nothing on that path is copied per subscriber.
+/// Where a publish becomes one framed event, enters the history, and is handed to every shard
+/// through its event port. Each shard then fans the shared frame out to its own subscribers
+/// (fanout.hpp); nothing on that path is copied per subscriber.
 ///
-///   publish(topic, data) ── history.append ──┬─▶ shard 0 inbox ─▶ its subscribers
-///   (admin thread, or a shard for a         ├─▶ shard 1 inbox ─▶ ...
+///   publish(topic, data) ── history.append ──┬─▶ port of shard 0 ─▶ its subscribers
+///   (admin thread, or a shard for a         ├─▶ port of shard 1 ─▶ ...
 ///    client's `pub`)                         └─▶ ...
 ///
-/// The frame is posted to the shards from inside the history's append (under its part's
+/// The event is offered to the ports from inside the history's append (under its part's
 /// lock), so every shard sees a part's publishes in seq order; that is what makes the resume
-/// seam exact (history.hpp).
+/// seam exact (history.hpp). A port never makes the hub wait: while any shard's inbox is
+/// crowded a publish is refused (the admin API answers 503), and an event a port refuses
+/// anyway (its shard has stopped, or its inbox filled in between) is counted and dropped for
+/// that shard.
+///
+/// Vocabulary: the hub is this process's pub/sub center; the bus (embedded or, for many nodes,
+/// Redis) is what carries publishes between nodes.
 
+#include <atomic>
 #include <cstdint>
-#include <span>
 #include <string_view>
 #include <vector>
 
 #include "pool/buffer_pool.hpp"
 #include "pool/shared_frame.hpp"
+#include "server/pubsub/event.hpp"
 #include "server/pubsub/history.hpp"
 
-namespace wspush::server {
+namespace wspush::server::pubsub {
 
-class shard;
+enum class publish_status : std::uint8_t {
+  ok,
+  busy,       ///< a shard's inbox is crowded: retry later (503)
+  no_memory,  ///< nothing was published
+};
 
 class hub {
  public:
-  /// `shards` must outlive the hub and be complete before the first publish.
-  hub(pubsub::history_options o, pool::buffer_pool& buffers, const std::vector<shard*>& shards);
+  hub(history_options o, pool::buffer_pool& buffers);
+
+  /// Start-up, before the first publish: one port per shard, each outliving the hub's use.
+  void attach(std::vector<event_port*> ports) { _ports = std::move(ports); }
 
   /// Any thread. Frames `{"topic":..,"id":..,"data":<data_raw>}` once, appends it to the
-  /// history and posts it to every shard; `id` receives the event's id. `topic` must be valid
-  /// (proto/topic.hpp) and `data_raw` one JSON value (it is copied byte for byte). With
-  /// `wake` false the shards are not woken: call wake_all() after a batch. False when out of
-  /// memory (nothing was published).
-  bool publish(std::string_view topic, std::string_view data_raw, pubsub::history_id& id, bool wake) noexcept;
+  /// history and offers it to every shard; `id` receives the event's id. `topic` must be valid
+  /// (proto/topic.hpp) and `data_raw` one JSON value (copied byte for byte). With `wake`
+  /// false the shards are not woken: call wake_all() after a batch.
+  publish_status publish(std::string_view topic, std::string_view data_raw, history_id& id, bool wake) noexcept;
+  /// Any thread. Offers a ready frame to every shard for the subscribers of `topic`, outside
+  /// the history (broadcast mode). `topic` must be static text.
+  publish_status relay(pool::frame_ref frame, std::string_view topic) noexcept;
   void wake_all() noexcept;
-  /// Some shard's inbox is crowded (shard::inbox_crowded). A publish from a shard's own thread
-  /// (a client's `pub`) is refused then instead of waiting; other threads may wait.
+  /// Some shard's inbox is crowded.
   bool crowded() const noexcept;
 
-  pubsub::history& history() noexcept { return _history; }
+  history& events() noexcept { return _history; }
+  /// Events a port refused after the publish was accepted: their shard's subscribers missed them.
+  std::uint64_t dropped() const noexcept { return _dropped.load(std::memory_order_relaxed); }
 
  private:
-  pool::frame_ref encode(std::string_view topic, std::string_view id, std::string_view data_raw) noexcept;
+  pool::frame_ref encode(std::string_view topic, std::string_view id, std::string_view data_raw,
+                         std::string_view& topic_in_frame) noexcept;
+  void offer_all(const event& e, bool wake) noexcept;
 
-  pubsub::history _history;
+  history _history;
   pool::buffer_pool& _buffers;
-  const std::vector<shard*>& _shards;
+  std::vector<event_port*> _ports;
+  std::atomic<std::uint64_t> _dropped{0};
 };
 
-/// The topic of an event frame made by the hub (its payload starts `{"topic":"` and a topic
-/// has no `"` and needs no escaping), without parsing JSON. Empty for any other frame.
-std::string_view event_topic(std::span<const std::uint8_t> frame) noexcept;
-
-}  // namespace wspush::server
+}  // namespace wspush::server::pubsub

@@ -257,11 +257,16 @@ send_result uring_backend::send(int fd, conn_token t, const iovec* iov, int iovc
 }
 
 void uring_backend::close(int fd, conn_token t) noexcept {
-  // The multishot recv holds a reference to the socket; cancel it so the close takes effect
-  // (and the FIN goes out) at the next submission. A send in flight finishes on its own.
-  io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_cancel64(sqe, pack(tag_recv, t), 0);
-  io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
+  // Every request in flight holds a reference to the socket, and the socket lives until the
+  // last one ends: closing the descriptor alone would leave a send to a peer that never reads
+  // waiting forever (and the socket ESTABLISHED with it). Cancel the multishot recv and any
+  // send; the send's completion (-ECANCELED, or its result if it was already done) still
+  // reaches on_send_done, which is when the loop may reuse the slot.
+  for (std::uint64_t tag : {tag_recv, tag_send}) {
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_cancel64(sqe, pack(tag, t), 0);
+    io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
+  }
   ::close(fd);
 }
 

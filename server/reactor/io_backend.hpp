@@ -67,8 +67,9 @@ class io_backend {
   virtual send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept = 0;
   /// Ask for on_writable once the socket has room (after a short synchronous send).
   virtual void wait_writable(int fd, conn_token t) noexcept = 0;
-  /// Stops all interest in fd and closes it. Completions already under way arrive later
-  /// with the old token and are ignored by the loop.
+  /// Stops all interest in fd, cancels what is in flight for it, and closes it. A send in
+  /// flight still completes (with -ECANCELED if it had not finished): on_send_done follows
+  /// with the old token. Other completions under way arrive later and are ignored.
   virtual void close(int fd, conn_token t) noexcept = 0;
 
   /// Submits what was queued, waits at most timeout_ms (-1: forever) and dispatches.

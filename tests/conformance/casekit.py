@@ -6,6 +6,8 @@ upgraded `RawWebSocket`:
     raw(b"...", piece=1)            bytes as they are (`piece` bytes per send: dribbling)
     expect(OP_TEXT, b"x")           the next message/control frame from the server must be this
     pong(b"x")                      the next thing must be a pong with this payload
+    pongs([b"a", b"b"])             pongs answering these pings: in order, none twice, the last one
+                                    answered (a pong may answer only the most recent ping, §5.5.3)
     close(1002)                     the next thing must be a close frame with one of these codes; we
                                     answer it and the server must then close TCP with nothing after
     close_empty()                   ... a close frame without payload
@@ -78,6 +80,26 @@ def expect(opcode: int, payload: bytes) -> Step:
 
 def pong(payload: bytes) -> Step:
     return lambda c: c.expect_pong(payload)
+
+
+def pongs(payloads: "list[bytes]") -> Step:
+    """RFC 6455 §5.5.3: a ping still unanswered when the next arrives may be answered by the pong
+    to the newest alone (wspush keeps at most one pong waiting). So the pongs must answer the
+    pings in order, each at most once, and the last ping must be answered."""
+    def step(c) -> None:
+        at = 0
+        while True:
+            event = c.next_event(None)
+            if event.opcode != OP_PONG:
+                raise TestFailure(f"expected a pong, got {event.describe()}")
+            while at < len(payloads) and payloads[at] != event.payload:
+                at += 1
+            if at == len(payloads):
+                raise TestFailure(f"pong {event.payload!r} answers no ping after the last one answered")
+            if at == len(payloads) - 1:
+                return
+            at += 1
+    return step
 
 
 def close(*codes: int) -> Step:

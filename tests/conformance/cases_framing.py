@@ -2,8 +2,8 @@
 
 Modelled on the Autobahn testsuite's categories of the same numbers (our own cases and ids).
 """
-from casekit import (OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, add,  # noqa: F401
-                     close, expect, frame, frames, pong, raw, send, send_close)
+from casekit import (OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, add, add_custom,  # noqa: F401
+                     close, expect, frame, frames, pong, pongs, raw, send, send_close)
 
 LENGTHS = [0, 1, 125, 126, 127, 128, 65535, 65536]
 
@@ -50,14 +50,21 @@ def category_2() -> None:
         send(OP_TEXT, b"after pong"), expect(OP_TEXT, b"after pong"))
     add("2.9", "unsolicited pong, then ping: one pong, for the ping", send(OP_PONG, b"unsolicited"),
         send(OP_PING, b"solicited"), pong(b"solicited"))
-    add("2.10", "10 pings sent one by one: 10 pongs in order",
-        *[send(OP_PING, f"ping {i}".encode()) for i in range(10)], *[pong(f"ping {i}".encode()) for i in range(10)])
-    add("2.11", "10 pings in one write: 10 pongs in order",
-        raw(frames(*[(OP_PING, f"ping {i}".encode()) for i in range(10)])),
-        *[pong(f"ping {i}".encode()) for i in range(10)])
+    tens = [f"ping {i}".encode() for i in range(10)]
+    add("2.10", "10 pings sent one by one: pongs in order, the last one answered",
+        *[send(OP_PING, p) for p in tens], pongs(tens))
+    add("2.11", "10 pings in one write: pongs in order, the last one answered",
+        raw(frames(*[(OP_PING, p) for p in tens])), pongs(tens))
     every = [bytes((i + j) % 256 for j in range(n)) for i, n in enumerate(range(126))]
-    add("2.12", "pings with every payload length 0..125 (binary payloads)",
-        *[send(OP_PING, p) for p in every], *[pong(p) for p in every])
+    add("2.12", "pings with every payload length 0..125 (binary payloads): pongs in order, the last answered",
+        *[send(OP_PING, p) for p in every], pongs(every))
+
+    def one_at_a_time(c) -> None:  # each ping answered before the next is sent: one pong each
+        for p in every:
+            c.send_raw(frame(OP_PING, p))
+            c.expect_pong(p)
+
+    add_custom("2.13", "pings with every payload length 0..125, each awaited: every one answered", one_at_a_time)
 
 
 def category_3() -> None:
@@ -128,7 +135,7 @@ def fragmented_messages(k: int, op: int, name: str) -> None:
         send(op, parts[0], fin=False), send(OP_CONT, parts[1], fin=False), send(OP_PING, b"1"),
         send(OP_CONT, parts[2], fin=False), send(OP_PONG, b"x"), send(OP_CONT, parts[3], fin=False),
         send(OP_PING, b"2"), send(OP_CONT, parts[4], fin=False), send(OP_CONT, parts[5]),
-        pong(b"1"), pong(b"2"), expect(op, b"fragment"))
+        pongs([b"1", b"2"]), expect(op, b"fragment"))
     chunks = [bytes([48 + i % 10]) for i in range(100)]
     add(f"5.{base + 6}", f"{name} of 100 one-byte fragments",
         send(op, chunks[0], fin=False), *[send(OP_CONT, c, fin=False) for c in chunks[1:-1]],

@@ -280,6 +280,7 @@ TEST_CASE("envelope: encode_event round-trips, data byte for byte", "[envelope][
   const std::string out = check_sizes([&](std::span<char> b) { return encode_event("mailbox:42", "k3f9:18", data, b); });
   CHECK(out == R"({"topic":"mailbox:42","id":"k3f9:18","data":)" + data + "}");
   CHECK(out.size() <= event_size_bound("mailbox:42", "k3f9:18", data));
+  CHECK(out.substr(event_topic_offset, 10) == "mailbox:42");  // where the hub's events point
   // ids are opaque: anything is escaped correctly
   const std::string odd_id = std::string("a\"b\\c\nd\x01\x1f\t\r\b\f") + "\xC3\xA9";
   std::string buf(event_size_bound("t", odd_id, "1"), '\0');

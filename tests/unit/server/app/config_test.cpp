@@ -26,16 +26,16 @@ TEST_CASE("config: defaults and both option spellings") {
   config d = parse({});
   CHECK(d.listen == "0.0.0.0:8080");
   CHECK(d.mode == app_mode::pubsub);
-  CHECK(d.max_message_bytes == 64u << 10);  // client messages are small in pubsub mode
+  CHECK(d.conn.max_message_bytes == 64u << 10);  // client messages are small in pubsub mode
   CHECK(d.history_size == 100);
-  CHECK(parse({"--mode=echo"}).max_message_bytes == 16u << 20);
-  CHECK(parse({"--mode=pubsub", "--max-message-bytes=1000"}).max_message_bytes == 1000);
+  CHECK(parse({"--mode=echo"}).conn.max_message_bytes == 16u << 20);
+  CHECK(parse({"--mode=pubsub", "--max-message-bytes=1000"}).conn.max_message_bytes == 1000);
   config c = parse({"--listen", "127.0.0.1:0", "--mode=echo", "--io", "epoll", "--threads=3", "--upgrade-timeout", "0.5"});
   CHECK(c.listen == "127.0.0.1:0");
   CHECK(c.mode == app_mode::echo);
   CHECK(c.io == io_kind::epoll);
   CHECK(c.threads == 3);
-  CHECK(c.upgrade_timeout == Approx(0.5));
+  CHECK(c.conn.upgrade_timeout == Approx(0.5));
 }
 
 TEST_CASE("config: environment variables, overridden by the command line") {
@@ -44,7 +44,7 @@ TEST_CASE("config: environment variables, overridden by the command line") {
   config c = parse({"--mode", "broadcast"});
   ::unsetenv("WSPUSH_MAX_CONNECTIONS");
   ::unsetenv("WSPUSH_MODE");
-  CHECK(c.max_connections == 1234);
+  CHECK(c.conn.max_connections == 1234);
   CHECK(c.mode == app_mode::broadcast);
 }
 

@@ -41,7 +41,7 @@ history_options opts(std::uint32_t size = 100, std::uint64_t ttl = 0, std::size_
   o.size_per_topic = size;
   o.ttl_ns = ttl;
   o.max_bytes = max_bytes;
-  o.shards = 4;
+  o.parts = 4;
   o.epoch = "k3f9";
   return o;
 }
@@ -141,10 +141,10 @@ TEST_CASE("history: ids increase per topic, and a failed frame uses no seq") {
       prev = s;
     }
   }
-  std::uint64_t before = h.last_seq(h.shard_of("t0"));
+  std::uint64_t before = h.last_seq(h.part_of("t0"));
   append_result r = h.append("t0", 0, [](std::string_view, std::uint64_t) { return pool::frame_ref{}; });
   CHECK_FALSE(r.ok);
-  CHECK(h.last_seq(h.shard_of("t0")) == before);
+  CHECK(h.last_seq(h.part_of("t0")) == before);
   CHECK(h.stats().appends == 50);
 }
 

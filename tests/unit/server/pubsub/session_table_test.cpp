@@ -5,10 +5,10 @@
 #include <string>
 
 #include "proto/jwt.hpp"
-#include "server/conn/session_table.hpp"
+#include "server/pubsub/session_table.hpp"
 
 using namespace wspush;
-using namespace wspush::server;
+using namespace wspush::server::pubsub;
 
 namespace {
 std::string grants(std::initializer_list<std::string_view> patterns) {

@@ -1,9 +1,10 @@
 #pragma once
 // What a connection's token granted it, for the connection's whole life: the topics it may
-// subscribe to and publish to (proto/jwt's compact grants) and when the token expires. The
-// 48-byte connection record is full, so this lives in a side table indexed like the slab,
-// in chunks that are allocated only when the slab's indices reach them. Only servers with
-// tokens fill it: with --auth=none every connection has the same grants and no expiry.
+// subscribe to and publish to (proto/jwt's compact grants) and when the token expires. It is
+// the pub/sub session's, not the connection layer's, so it lives in a side table indexed by
+// the connection's slot, in chunks that are allocated only when the slot numbers reach them.
+// Only servers with tokens fill it: with --auth=none every connection has the same grants
+// and no expiry.
 //
 // Budget: 32 bytes a connection. Grants up to 24 bytes in compact form (a mailbox token:
 // `mailbox:1234567` is 16) sit in the record; longer ones take a heap block of their size.
@@ -17,9 +18,9 @@
 
 #include "proto/jwt.hpp"
 
-namespace wspush::server {
+namespace wspush::server::pubsub {
 
-struct session {
+struct session_grants {
   static constexpr std::size_t inline_bytes = 24;
   std::uint32_t exp = 0;  // unix seconds; 0: no expiry
   std::uint16_t topics_len = 0, pub_len = 0;
@@ -33,7 +34,7 @@ struct session {
   proto::grants_view topics() const noexcept { return proto::grants_view({grants(), topics_len}); }
   proto::grants_view pub() const noexcept { return proto::grants_view({grants() + topics_len, pub_len}); }
 };
-static_assert(sizeof(session) == 32, "session budget: 32 bytes");
+static_assert(sizeof(session_grants) == 32, "session_grants budget: 32 bytes");
 
 class session_table {
  public:
@@ -53,10 +54,10 @@ class session_table {
     while (i >= capacity())
       if (!grow()) return false;
     clear(i);
-    session& s = at(i);
+    session_grants& s = at(i);
     std::size_t n = topics.size() + pub.size();
     char* dst = s.inline_grants;
-    if (n > session::inline_bytes) {
+    if (n > session_grants::inline_bytes) {
       dst = new (std::nothrow) char[n];
       if (!dst) return false;
       s.heap = dst;
@@ -72,22 +73,22 @@ class session_table {
   /// Forgets slot i's session (its connection closed). Cheap for a slot never set.
   void clear(std::uint32_t i) noexcept {
     if (i >= capacity()) return;
-    session& s = at(i);
+    session_grants& s = at(i);
     if (s.on_heap()) delete[] s.heap;
     s.topics_len = s.pub_len = 0;
     s.exp = 0;
   }
 
   /// Slot i's session; an empty one (no grants, no expiry) when never set.
-  const session& get(std::uint32_t i) const noexcept { return i < capacity() ? at(i) : _empty; }
+  const session_grants& get(std::uint32_t i) const noexcept { return i < capacity() ? at(i) : _empty; }
 
   std::uint32_t capacity() const noexcept { return std::uint32_t(_chunks.size()) * chunk_size; }
 
  private:
-  session& at(std::uint32_t i) noexcept { return _chunks[i / chunk_size][i % chunk_size]; }
-  const session& at(std::uint32_t i) const noexcept { return _chunks[i / chunk_size][i % chunk_size]; }
+  session_grants& at(std::uint32_t i) noexcept { return _chunks[i / chunk_size][i % chunk_size]; }
+  const session_grants& at(std::uint32_t i) const noexcept { return _chunks[i / chunk_size][i % chunk_size]; }
   bool grow() noexcept {
-    std::unique_ptr<session[]> c(new (std::nothrow) session[chunk_size]);
+    std::unique_ptr<session_grants[]> c(new (std::nothrow) session_grants[chunk_size]);
     if (!c) return false;
     try {
       _chunks.push_back(std::move(c));
@@ -97,8 +98,8 @@ class session_table {
     return true;
   }
 
-  std::vector<std::unique_ptr<session[]>> _chunks;
-  session _empty{};
+  std::vector<std::unique_ptr<session_grants[]>> _chunks;
+  session_grants _empty{};
 };
 
-}  // namespace wspush::server
+}  // namespace wspush::server::pubsub

@@ -1,4 +1,4 @@
-#include "server/app/log.hpp"
+#include "server/base/log.hpp"
 
 #include <atomic>
 #include <cstdarg>

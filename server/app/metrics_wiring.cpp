@@ -1,0 +1,131 @@
+#include "server/app/metrics_wiring.hpp"
+
+#include <functional>
+
+namespace wspush::server {
+namespace {
+
+/// A scrape-time sum over the shards of what `pick` reads from each.
+template <class Pick>
+std::function<double()> sum_over(const std::vector<shard*>& shards, Pick pick) {
+  return [shards, pick] {
+    std::uint64_t total = 0;
+    for (const shard* s : shards) total += pick(*s);
+    return double(total);
+  };
+}
+
+std::function<double()> conn_sum(const std::vector<shard*>& shards, relaxed_counter conn_counters::*member) {
+  return sum_over(shards, [member](const shard& s) { return (s.conn_stats().*member).get(); });
+}
+
+std::function<double()> pubsub_sum(const std::vector<shard*>& shards, relaxed_counter pubsub::pubsub_counters::*member) {
+  return sum_over(shards, [member](const shard& s) { return s.pubsub_stats() ? (s.pubsub_stats()->*member).get() : 0; });
+}
+
+std::function<double()> in_states(const std::vector<shard*>& shards, conn_state a, conn_state b) {
+  return sum_over(shards, [a, b](const shard& s) {
+    const conn_counters& n = s.conn_stats();
+    return n.in_state[std::size_t(a)].get() + (a == b ? 0 : n.in_state[std::size_t(b)].get());
+  });
+}
+
+void register_conn_series(metrics_registry& m, const std::vector<shard*>& shards) {
+  // A pool worker's upgrade is still "upgrading" to an operator.
+  m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::upgrading, conn_state::upgrade_pending), {},
+                 {{"state", "upgrading"}});
+  m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::open, conn_state::open), {}, {{"state", "open"}});
+  m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::closing, conn_state::dead), {},
+                 {{"state", "closing"}});
+  m.add_counter_fn("wspush_connections_accepted_total", conn_sum(shards, &conn_counters::accepted));
+  const std::pair<const char*, relaxed_counter conn_counters::*> upgrades[] = {
+      {"ok", &conn_counters::upgrades_ok},
+      {"bad_request", &conn_counters::upgrades_bad_request},
+      {"unauthorized", &conn_counters::upgrades_unauthorized},
+      {"over_capacity", &conn_counters::upgrades_over_capacity},
+      {"timeout", &conn_counters::upgrades_timeout},
+      {"error", &conn_counters::upgrades_error},
+  };
+  for (const auto& [result, member] : upgrades)
+    m.add_counter_fn("wspush_upgrades_total", conn_sum(shards, member), {}, {{"result", result}});
+  m.add_counter_fn("wspush_messages_in_total", conn_sum(shards, &conn_counters::messages_in));
+  m.add_counter_fn("wspush_messages_out_total", conn_sum(shards, &conn_counters::messages_out));
+  m.add_counter_fn("wspush_bytes_in_total", conn_sum(shards, &conn_counters::bytes_in));
+  m.add_counter_fn("wspush_bytes_out_total", conn_sum(shards, &conn_counters::bytes_out));
+  m.add_counter_fn("wspush_socket_sends_total", conn_sum(shards, &conn_counters::sends));
+  m.add_counter_fn("wspush_slow_consumer_closes_total", conn_sum(shards, &conn_counters::slow_consumer_closes));
+}
+
+void register_pool_series(metrics_registry& m, pool::task_pool& tasks) {
+  pool::task_pool* p = &tasks;
+  m.add_gauge_fn("wspush_pool_workers", [p] { return double(p->stats().workers); });
+  m.add_gauge_fn("wspush_pool_busy_workers", [p] { return double(p->stats().busy_workers); });
+  m.add_gauge_fn("wspush_pool_queue_length", [p] { return double(p->stats().queue_length); });
+  m.add_gauge_fn("wspush_pool_waiting_schedulers", [p] { return double(p->stats().waiting_schedulers); });
+  m.add_counter_fn("wspush_pool_tasks_failed_total", [p] { return double(p->stats().failed); });
+  m.add_histogram_fn("wspush_pool_task_duration_seconds", [p] {
+    pool::pool_stats s = p->stats();
+    histogram_snapshot h;
+    h.bounds = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};  // pool_stats' buckets, the last is +Inf
+    h.counts.assign(s.duration_hist.begin(), s.duration_hist.end());
+    h.sum = s.duration_sum_seconds;
+    return h;
+  });
+}
+
+void register_lag_series(metrics_registry& m, const std::vector<shard*>& shards) {
+  m.add_histogram_fn("wspush_reactor_loop_lag_seconds", [shards] {
+    histogram_snapshot h;
+    for (std::uint64_t b : loop_counters::lag_bounds_ns) h.bounds.push_back(double(b) / 1e9);
+    h.counts.assign(std::size(loop_counters::lag_bounds_ns) + 1, 0);  // the last is +Inf
+    std::uint64_t sum_ns = 0;
+    for (const shard* s : shards) {
+      for (std::size_t b = 0; b < h.counts.size(); ++b) h.counts[b] += s->loop_stats().lag_buckets[b].get();
+      sum_ns += s->loop_stats().lag_sum_ns.get();
+    }
+    h.sum = double(sum_ns) / 1e9;
+    return h;
+  });
+}
+
+}  // namespace
+
+void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub) {
+  using pc = pubsub::pubsub_counters;
+  pubsub::hub* h = &hub;
+  // The admin listener counts its own publishes (source="admin"); these are the clients' `pub`.
+  const std::pair<const char*, relaxed_counter pc::*> client_pubs[] = {
+      {"ok", &pc::client_pubs_ok},
+      {"forbidden", &pc::client_pubs_forbidden},
+      {"unavailable", &pc::client_pubs_unavailable},
+  };
+  for (const auto& [result, member] : client_pubs)
+    m.add_counter_fn("wspush_publishes_total", pubsub_sum(shards, member), {}, {{"source", "client"}, {"result", result}});
+  m.add_counter_fn("wspush_fanout_deliveries_total", pubsub_sum(shards, &pc::deliveries));
+  m.add_counter_fn("wspush_messages_dropped_total", pubsub_sum(shards, &pc::drops_slow), {},
+                   {{"reason", "slow_consumer"}});
+  m.add_counter_fn("wspush_messages_dropped_total", pubsub_sum(shards, &pc::drops_closed), {}, {{"reason", "closed"}});
+  m.add_counter_fn("wspush_messages_dropped_total", [h] { return double(h->dropped()); }, {},
+                   {{"reason", "shard_unavailable"}});
+  m.add_counter_fn("wspush_client_errors_total", pubsub_sum(shards, &pc::client_errors));
+  m.add_counter_fn("wspush_token_expired_closes_total", pubsub_sum(shards, &pc::token_expired_closes));
+  m.add_gauge_fn("wspush_topics", pubsub_sum(shards, &pc::topics));
+  m.add_gauge_fn("wspush_subscriptions", pubsub_sum(shards, &pc::subscriptions));
+  m.add_gauge_fn("wspush_history_messages", [h] { return double(h->events().stats().entries); });
+  m.add_gauge_fn("wspush_history_bytes", [h] { return double(h->events().stats().bytes); });
+  m.add_gauge_fn("wspush_history_topics", [h] { return double(h->events().stats().topics); });
+  m.add_counter_fn("wspush_history_evictions_total", [h] { return double(h->events().stats().evicted_size); }, {},
+                   {{"cause", "size"}});
+  m.add_counter_fn("wspush_history_evictions_total", [h] { return double(h->events().stats().evicted_ttl); }, {},
+                   {{"cause", "ttl"}});
+  m.add_counter_fn("wspush_history_evictions_total", [h] { return double(h->events().stats().evicted_memory); }, {},
+                   {{"cause", "memory"}});
+}
+
+void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks) {
+  register_conn_series(m, shards);
+  register_lag_series(m, shards);
+  register_pool_series(m, tasks);
+}
+
+}  // namespace wspush::server

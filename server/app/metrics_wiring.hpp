@@ -1,0 +1,21 @@
+#pragma once
+// The process's series in /metrics (docs/METRICS.md), read from the shards, the pool and the
+// hub at scrape time.
+
+#include <vector>
+
+#include "pool/task_pool.hpp"
+#include "server/admin/metrics.hpp"
+#include "server/app/shard.hpp"
+#include "server/pubsub/hub.hpp"
+
+namespace wspush::server {
+
+/// Registers the connection, upgrade, message, byte, slow-consumer, loop and pool series. The
+/// shards (started) and the pool must outlive the registry's scrapes.
+void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks);
+
+/// Registers the pub/sub series: publishes, fan-out, topics and subscriptions, history.
+void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub);
+
+}  // namespace wspush::server

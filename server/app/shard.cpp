@@ -1,0 +1,54 @@
+#include "server/app/shard.hpp"
+
+#include "server/conn/echo_app.hpp"
+#include "server/pubsub/broadcast_app.hpp"
+#include "server/pubsub/session.hpp"
+
+namespace wspush::server {
+namespace {
+
+/// Events a shard's inbox holds before the hub refuses publishes (hub.hpp): a few seconds of
+/// a heavy publisher, and at most one 48-byte cell each.
+constexpr std::size_t event_inbox_capacity = 1 << 16;
+
+}  // namespace
+
+shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(listen_fd), _loop(s.cfg.loop) {
+  const config& cfg = s.cfg;
+  if (cfg.mode == app_mode::echo) {
+    _app = std::make_unique<echo_app>();
+    return;
+  }
+  pubsub::registry_options ro{cfg.session.max_topics_per_connection, std::uint32_t(proto::max_topic_bytes), 0};
+  _fanout = std::make_unique<pubsub::fanout>(_loop, event_inbox_capacity, s.hub->events().part_count(), ro);
+  if (cfg.mode == app_mode::broadcast)
+    _app = std::make_unique<pubsub::broadcast_app>(*s.hub, *_fanout);
+  else
+    _app = std::make_unique<pubsub::session>(cfg.session, s.tokens != nullptr, *s.hub, *_fanout,
+                                             cfg.conn.max_message_bytes, index == 0);
+}
+
+shard::~shard() {
+  // The connections go before the application they call; the inboxes (the fanout's, the
+  // upgrades') before the loop they are registered with.
+  _conns.reset();
+  _upgrades.reset();
+  _app.reset();
+  _fanout.reset();
+}
+
+bool shard::start(std::string& why, bool& fell_back) noexcept {
+  if (!_loop.start(_s.cfg.io == io_kind::uring, _listen_fd, why, fell_back)) return false;
+  try {
+    _transport = std::make_unique<tcp_transport>(_loop.io());
+    _conns = std::make_unique<connections>(_s.cfg.conn, _loop, *_transport, *_app, _s.buffers, _s.open_connections);
+    _upgrades = std::make_unique<pool_upgrade_runner>(_loop, _s.tasks, _s.tokens, *_conns);
+  } catch (const std::exception& e) {
+    why = e.what();
+    return false;
+  }
+  _conns->set_upgrade_runner(*_upgrades);
+  return true;
+}
+
+}  // namespace wspush::server

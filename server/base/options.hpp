@@ -1,0 +1,35 @@
+#pragma once
+// The options of each floor, as plain structs with the defaults `wspush --help` shows. app/config
+// fills them from the command line and the environment; each floor reads only its own, so no
+// floor below app/ needs to know the whole configuration.
+
+#include <cstdint>
+
+namespace wspush::server {
+
+/// The reactor loop (reactor/loop.hpp).
+struct loop_options {
+  double drain_seconds = 5;  ///< SIGTERM: the 1001 closes are spread over this window
+};
+
+/// The connection layer (conn/): limits and deadlines of one connection.
+struct conn_options {
+  std::uint32_t max_connections = 0;      ///< per process; 0: bounded only by open files
+  std::uint32_t max_request_bytes = 8192;  ///< an upgrade request past it: 431
+  std::uint32_t max_frame_bytes = 16u << 20;
+  std::uint32_t max_message_bytes = 16u << 20;
+  std::uint64_t max_pending_bytes = 4u << 20;  ///< unsent output the kernel would not take: past it, 1013
+  double upgrade_timeout = 5;
+  double close_timeout = 5;
+  double message_timeout = 30;  ///< a frame or message started and not finished by then: 1008
+  double ping_interval = 30;    ///< keepalive: ping a connection silent this long
+  double pong_timeout = 10;     ///< and close it if nothing arrives within this after the ping
+};
+
+/// The pub/sub session (pubsub/session.hpp).
+struct session_options {
+  std::uint32_t max_topics_per_connection = 64;
+  bool allow_client_publish = false;  ///< without tokens: may clients `pub`? (tokens: the `pub` claim decides)
+};
+
+}  // namespace wspush::server

@@ -1,0 +1,19 @@
+#pragma once
+// What a shard's connection layer counts, for the log and /metrics (docs/METRICS.md).
+
+#include "server/base/counter.hpp"
+#include "server/conn/connection.hpp"
+
+namespace wspush::server {
+
+struct conn_counters {
+  relaxed_counter accepted, messages_in, messages_out, bytes_in, bytes_out;
+  relaxed_counter sends;  // socket writes (sendmsg calls, io_uring send requests)
+  relaxed_counter slow_consumer_closes, timeouts, protocol_errors;
+  // upgrades by result
+  relaxed_counter upgrades_ok, upgrades_bad_request, upgrades_unauthorized, upgrades_over_capacity,
+      upgrades_timeout, upgrades_error;
+  relaxed_counter in_state[conn_state_count];  // connections by state (free is not counted)
+};
+
+}  // namespace wspush::server

@@ -1,0 +1,351 @@
+// The connection lifecycle and the loop's events: accept, route bytes to the phase the
+// connection is in, queue and write output under the slow-consumer bound, close, release.
+
+#include "server/conn/connections.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proto/ws_handshake.hpp"
+#include "server/base/log.hpp"
+
+namespace wspush::server {
+
+connections::connections(const conn_options& o, loop_ops& l, transport& t, application& app,
+                         pool::buffer_pool& buffers, std::atomic<std::uint32_t>& open_count)
+    : _o(o), _loop(l), _transport(t), _app(app), _buffers(buffers), _open_count(open_count), _http(*this, _ws),
+      _ws(*this) {
+  _iov.resize(IOV_MAX);
+  _release_later.reserve(64);
+  _app.bind(*this);
+}
+
+connections::~connections() = default;
+
+void connections::set_state(std::uint32_t slot, conn_state s) noexcept {
+  connection& c = _table.at(slot);
+  if (c.state != conn_state::free) _n.in_state[std::size_t(c.state)].sub();
+  if (s != conn_state::free) _n.in_state[std::size_t(s)].add();
+  c.state = s;
+}
+
+// ---- accept and events ------------------------------------------------------------------
+
+void connections::on_accept(int fd) noexcept {
+  if (fd < 0) {
+    // Out of file descriptors (or memory): stop taking connections for a moment instead of
+    // spinning on the error. The kernel keeps the backlog meanwhile.
+    log_ratelimited(log_level::warn, "accept failed: %s; pausing accepts for 100 ms", std::strerror(-fd));
+    _loop.pause_accepting(_loop.ticks_for(0.1));
+    return;
+  }
+  if (_draining) {
+    ::close(fd);
+    return;
+  }
+  _n.accepted.add();
+  std::uint32_t limit = _o.max_connections ? _o.max_connections : UINT32_MAX;
+  std::uint32_t slot = _open_count.load(std::memory_order_acquire) >= limit ? no_index : _table.acquire(UINT32_MAX);
+  if (slot != no_index && !_loop.track(slot)) {
+    _table.release(slot);
+    slot = no_index;
+  }
+  if (slot == no_index) return refuse_over_capacity(fd);
+  _open_count.fetch_add(1, std::memory_order_relaxed);
+  connection& c = _table.at(slot);
+  c.fd = fd;
+  c.flags = 0;
+  set_state(slot, conn_state::upgrading);
+  _loop.arm(slot, _loop.ticks_for(_o.upgrade_timeout));
+  if (!_transport.open(fd, token_of(slot))) close_now(slot);
+}
+
+/// Over capacity: answered before any WebSocket state exists. A best-effort write: the socket
+/// is fresh, its send buffer empty.
+void connections::refuse_over_capacity(int fd) noexcept {
+  char buf[256];
+  std::size_t n = proto::encode_http_response(503, buf, "over capacity, retry later\n", "Retry-After: 5\r\n");
+  [[maybe_unused]] auto r = ::send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::close(fd);
+  _n.upgrades_over_capacity.add();
+}
+
+void connections::on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept {
+  if (lookup(t) == no_index) return;
+  _n.bytes_in.add(bytes.size());
+  _transport.on_received(t, bytes, *this);
+}
+
+void connections::on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noexcept {
+  std::uint32_t slot = lookup(t);
+  if (slot == no_index) return;
+  connection& c = _table.at(slot);
+  switch (c.state) {
+    case conn_state::upgrading: return _http.on_bytes(slot, bytes);
+    case conn_state::upgrade_pending: return _http.on_early_bytes(slot, bytes);
+    case conn_state::open:
+      c.last_rx = _loop.now();  // any bytes prove the peer alive (an answer to our ping too)
+      c.flags &= ~flag_ping_sent;
+      return _ws.on_bytes(slot, bytes);
+    case conn_state::closing: return _ws.on_bytes(slot, bytes);
+    default: return;
+  }
+}
+
+void connections::on_read_end(conn_token t, int) noexcept {
+  std::uint32_t slot = lookup(t);
+  if (slot == no_index || _table.at(slot).state == conn_state::dead) return;
+  close_now(slot);  // end of stream or error: nothing more will arrive
+}
+
+void connections::on_read_paused(conn_token t) noexcept {
+  std::uint32_t slot = lookup(t);
+  if (slot == no_index || _table.at(slot).state == conn_state::dead) return;
+  _table.at(slot).flags |= flag_rearm_read;
+  list(slot);
+}
+
+void connections::on_timer(std::uint32_t slot) noexcept {
+  switch (_table.at(slot).state) {
+    case conn_state::upgrading:
+    case conn_state::upgrade_pending:
+      _n.upgrades_timeout.add();
+      _n.timeouts.add();
+      close_now(slot);
+      break;
+    case conn_state::closing:
+      _n.timeouts.add();
+      close_now(slot);
+      break;
+    case conn_state::open: _ws.on_timer(slot); break;
+    default: break;
+  }
+}
+
+// ---- output -------------------------------------------------------------------------------
+
+/// The kernel was offered this connection's earlier bytes and did not take them all: a short
+/// write waits for room, or an asynchronous send issued two turns ago (so its submission has
+/// been reaped, see out_queue.hpp) has not completed.
+bool connections::stuck(const connection& c) const noexcept {
+  if (c.flags & flag_wait_writable) return true;
+  return (c.flags & flag_send_in_flight) && c.tx.sent_turn() + 1 < _loop.turn();
+}
+
+bool connections::queue(std::uint32_t slot, pool::frame_ref f, bool control) noexcept {
+  connection& c = _table.at(slot);
+  if (!f || c.state == conn_state::free || c.state == conn_state::dead) return false;
+  if (!c.tx.push(_buffers, std::move(f))) return close_now(slot), false;
+  if (!control && c.state == conn_state::open) {
+    switch (c.tx.judge(_o.max_pending_bytes, stuck(c))) {
+      case out_queue::verdict::ok: break;
+      case out_queue::verdict::over: _loop.yield_inbox(); break;  // let the flush run first
+      case out_queue::verdict::slow: return close_slow_consumer(slot), false;
+    }
+  }
+  list(slot);
+  return true;
+}
+
+void connections::queue_pong(std::uint32_t slot, std::span<const std::uint8_t> payload) noexcept {
+  connection& c = _table.at(slot);
+  if (!c.tx.push_pong(_buffers, payload)) return close_now(slot);
+  if (c.tx.judge(_o.max_pending_bytes, stuck(c)) == out_queue::verdict::slow) return close_slow_consumer(slot);
+  list(slot);
+}
+
+/// A slow consumer: what it has not been offered yet it will not get (bounded memory beats
+/// completeness: it reconnects and resumes from history); it is told 1013 and closed.
+void connections::close_slow_consumer(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  _n.slow_consumer_closes.add();
+  log_ratelimited(log_level::info, "closing a slow consumer (%llu bytes unread)", (unsigned long long)c.tx.bytes());
+  c.tx.drop_unsent();
+  _ws.start_close(slot, proto::close_code::try_again_later, true);
+}
+
+void connections::list(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (c.flags & flag_listed) return;
+  c.flags |= flag_listed;
+  _loop.list(slot);
+}
+
+void connections::on_flush(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  c.flags &= ~flag_listed;
+  if (c.state == conn_state::free || c.state == conn_state::dead) return;
+  if (c.flags & flag_rearm_read) {
+    c.flags &= ~flag_rearm_read;
+    _transport.resume_reading(c.fd, token_of(slot));
+  }
+  flush(slot);
+}
+
+/// Writes everything queued in one send (coalescing: a loopback send costs about the same CPU
+/// whatever its size, so sends per subscriber decide fan-out speed). While a send is in flight
+/// new frames queue behind it and leave with the next.
+void connections::flush(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (c.flags & (flag_send_in_flight | flag_wait_writable)) return;
+  while (!c.tx.empty()) {
+    std::size_t offered = 0;
+    int n = c.tx.gather(_iov, offered);
+    _n.sends.add();
+    send_result r = _transport.send(c.fd, token_of(slot), _iov.data(), n);
+    if (r.outcome == send_outcome::pending) {
+      c.flags |= flag_send_in_flight;
+      c.tx.sending(offered, _loop.turn());
+      return;
+    }
+    if (r.outcome == send_outcome::failed) return close_now(slot);
+    _n.bytes_out.add(r.bytes);
+    c.tx.consume(r.bytes);
+    if (r.bytes < offered) {  // the socket is full: what it did not take is the backlog
+      c.flags |= flag_wait_writable;
+      _transport.wait_writable(c.fd, token_of(slot));
+      if (c.state == conn_state::open && c.tx.judge(_o.max_pending_bytes, true) == out_queue::verdict::slow)
+        close_slow_consumer(slot);
+      return;
+    }
+  }
+  output_drained(slot);
+}
+
+void connections::output_drained(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (c.flags & flag_close_when_flushed) return close_now(slot);
+  if (c.flags & flag_linger_when_flushed) {
+    c.flags &= ~flag_linger_when_flushed;
+    _transport.shutdown_write(c.fd);
+  }
+}
+
+void connections::on_send_done(conn_token t, int res) noexcept {
+  std::uint32_t slot = lookup(t);
+  if (slot == no_index) return;
+  connection& c = _table.at(slot);
+  c.flags &= ~flag_send_in_flight;
+  std::size_t offered = c.tx.in_flight();
+  if (c.state == conn_state::dead) {
+    c.tx.consume(0);  // the send is over: its frames may go
+    return release(slot);
+  }
+  long taken = _transport.on_sent(t, res);
+  if (taken < 0) {
+    c.tx.consume(0);
+    return close_now(slot);
+  }
+  _n.bytes_out.add(std::size_t(taken));
+  c.tx.consume(std::size_t(taken));
+  if (std::size_t(taken) < offered && c.state == conn_state::open &&
+      c.tx.judge(_o.max_pending_bytes, true) == out_queue::verdict::slow)
+    return close_slow_consumer(slot);
+  list(slot);  // what queued meanwhile leaves with the next send, at the end of this iteration
+}
+
+void connections::on_writable(conn_token t) noexcept {
+  std::uint32_t slot = lookup(t);
+  if (slot == no_index) return;
+  _table.at(slot).flags &= ~flag_wait_writable;
+  list(slot);
+}
+
+send_counts connections::send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept {
+  send_counts n;
+  _in_batch = true;  // nothing may leave the application's array while we walk it
+  for (conn_id c : cs) {
+    if (_table.at(c).state != conn_state::open) ++n.closing;
+    else if (queue(c, f)) ++n.queued;
+    else ++n.slow;
+  }
+  _in_batch = false;
+  _n.messages_out.add(n.queued);
+  for (std::size_t k = 0; k < _release_later.size(); ++k) release(_release_later[k]);
+  _release_later.clear();
+  return n;
+}
+
+// ---- closing ------------------------------------------------------------------------------
+
+void connections::close(conn_id c, proto::close_code code) noexcept { _ws.start_close(c, code, true); }
+
+bool connections::is_open(conn_id c) const noexcept {
+  return c < _table.capacity() && _table.at(c).state == conn_state::open;
+}
+
+void connections::stop_reading(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  c.flags |= flag_read_broken;
+  c.drop_rx();
+}
+
+void connections::opened(std::uint32_t slot) noexcept { _table.at(slot).flags |= flag_app_open; }
+
+/// Leaves the --max-connections count (once). A peer that sees the close may connect again at
+/// once, on another shard too, and must find room: so the count goes down when the socket
+/// closes, unless a send still holds the socket in the kernel; then it goes down when that
+/// send ends, and the kernel has let go.
+void connections::leave_count(connection& c) noexcept {
+  if (c.flags & flag_counted_out) return;
+  c.flags |= flag_counted_out;
+  _open_count.fetch_sub(1, std::memory_order_release);
+}
+
+void connections::close_now(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (c.state == conn_state::free || c.state == conn_state::dead) return;
+  _loop.cancel(slot);
+  const bool in_flight = c.flags & flag_send_in_flight;
+  if (!in_flight) leave_count(c);
+  // Output it did not take: a peer that does not read. Reset, so the kernel frees the socket
+  // now instead of probing a zero window for minutes.
+  _transport.close(c.fd, token_of(slot), !c.tx.empty());
+  c.fd = -1;
+  c.drop_rx();
+  set_state(slot, conn_state::dead);
+  if (!in_flight) release(slot);  // else the send's completion does it
+}
+
+void connections::release(std::uint32_t slot) noexcept {
+  if (_in_batch) {  // the application is walking its subscribers: release the slot after it
+    _release_later.push_back(slot);
+    return;
+  }
+  connection& c = _table.at(slot);
+  c.tx.clear();
+  leave_count(c);
+  if (c.flags & flag_app_open) _app.on_close(slot);
+  set_state(slot, conn_state::free);
+  _table.release(slot);
+}
+
+// ---- drain ----------------------------------------------------------------------------------
+
+std::uint64_t connections::on_drain_begin() noexcept {
+  _draining = true;
+  std::uint64_t open = 0;
+  for (std::uint32_t i = 0; i < _table.capacity(); ++i) {
+    connection& c = _table.at(i);
+    if (c.state == conn_state::open) ++open;
+    else if (c.state == conn_state::upgrading) close_now(i);
+  }
+  return open;
+}
+
+std::uint64_t connections::close_some(std::uint64_t n) noexcept {
+  std::uint64_t closed = 0;
+  for (; closed < n && _drain_cursor < _table.capacity(); ++_drain_cursor) {
+    if (_table.at(_drain_cursor).state != conn_state::open) continue;
+    _ws.start_close(_drain_cursor, proto::close_code::going_away, false);
+    ++closed;
+  }
+  return closed;
+}
+
+}  // namespace wspush::server

@@ -1,0 +1,148 @@
+#pragma once
+// A shard's connections: the records, their lifecycle from accept to release, and the way the
+// loop's events reach them. Bytes go one way:
+//
+//   loop event ─▶ transport (plaintext) ─▶ http_phase (upgrade) ─▶ ws_phase (frames) ─▶ application
+//   application ─▶ conn_ops::send ─▶ out_queue ─▶ flush list ─▶ transport ─▶ socket
+//
+// It implements the loop's handler and the application's conn_ops. The phases are classes of
+// their own; this class holds what they share (records, states, the out queues and their
+// bound, closing) and no protocol.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <sys/uio.h>
+
+#include "pool/buffer_pool.hpp"
+#include "pool/shared_frame.hpp"
+#include "proto/jwt.hpp"
+#include "server/base/options.hpp"
+#include "server/conn/app.hpp"
+#include "server/conn/conn_counters.hpp"
+#include "server/conn/conn_table.hpp"
+#include "server/conn/connection.hpp"
+#include "server/conn/http_phase.hpp"
+#include "server/conn/ws_phase.hpp"
+#include "server/net/transport.hpp"
+#include "server/reactor/inbox.hpp"
+#include "server/reactor/loop.hpp"
+
+namespace wspush::server {
+
+class upgrade_runner;
+
+class connections final : public loop_handler,
+                          public conn_ops,
+                          public inbox_consumer<upgrade_job_ref>,
+                          private plaintext_sink {
+ public:
+  /// Everything must outlive this object. `open_count` is the process-wide count of connections
+  /// (--max-connections spans the shards).
+  connections(const conn_options& o, loop_ops& l, transport& t, application& app, pool::buffer_pool& buffers,
+              std::atomic<std::uint32_t>& open_count);
+  ~connections() override;
+  connections(const connections&) = delete;
+  connections& operator=(const connections&) = delete;
+
+  /// Where upgrades run (before the first connection).
+  void set_upgrade_runner(upgrade_runner& r) noexcept { _http.set_runner(r); }
+  const conn_counters& counters() const noexcept { return _n; }
+  std::uint32_t size() const noexcept { return _table.size(); }
+
+  // loop_handler
+  void on_accept(int fd) noexcept override;
+  void on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept override;
+  void on_read_end(conn_token t, int res) noexcept override;
+  void on_read_paused(conn_token t) noexcept override;
+  void on_send_done(conn_token t, int res) noexcept override;
+  void on_writable(conn_token t) noexcept override;
+  void on_timer(std::uint32_t slot) noexcept override;
+  void on_flush(std::uint32_t slot) noexcept override;
+  void on_turn() noexcept override { _http.retry(); }
+  void on_tick(std::uint32_t tick) noexcept override { _app.on_tick(tick); }
+  std::uint64_t on_drain_begin() noexcept override;
+  std::uint64_t close_some(std::uint64_t n) noexcept override;
+  bool empty() const noexcept override { return _table.size() == 0; }
+
+  // conn_ops
+  bool send(conn_id c, pool::frame_ref f) noexcept override {
+    if (!queue(c, std::move(f))) return false;
+    _n.messages_out.add();
+    return true;
+  }
+  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept override;
+  void close(conn_id c, proto::close_code code) noexcept override;
+  bool is_open(conn_id c) const noexcept override;
+  void expiry_changed(conn_id c) noexcept override { _ws.rearm(c); }
+  pool::buffer_pool& buffers() noexcept override { return _buffers; }
+  std::uint8_t app_bits(conn_id c) const noexcept override {
+    return std::uint8_t((_table.at(c).flags & flag_app_mask) >> flag_app_shift);
+  }
+  void set_app_bits(conn_id c, std::uint8_t bits) noexcept override {
+    connection& r = _table.at(c);
+    r.flags = std::uint16_t((r.flags & ~flag_app_mask) | ((bits & 7) << flag_app_shift));
+  }
+
+  // inbox_consumer: upgrades back from a worker
+  std::uint64_t on_item(upgrade_job_ref&& job) noexcept override {
+    _http.on_upgraded(std::move(job));
+    return 1;
+  }
+
+  // ---- for the phases -------------------------------------------------------------------
+  connection& at(std::uint32_t slot) noexcept { return _table.at(slot); }
+  conn_token token_of(std::uint32_t slot) noexcept { return make_token(slot, _table.at(slot).gen); }
+  /// The slot of a live token, or no_index.
+  std::uint32_t lookup(conn_token t) noexcept { return _table.find(t) ? token_index(t) : no_index; }
+  /// Every state change goes through here, so the per-state gauges stay exact.
+  void set_state(std::uint32_t slot, conn_state s) noexcept;
+  /// Queues a frame (the slow-consumer bound applies unless `control`: a close must get out).
+  bool queue(std::uint32_t slot, pool::frame_ref f, bool control = false) noexcept;
+  /// Queues the pong to a ping (at most one waits, see out_queue::push_pong).
+  void queue_pong(std::uint32_t slot, std::span<const std::uint8_t> payload) noexcept;
+  void list(std::uint32_t slot) noexcept;
+  /// Closes the socket now; the slot is released once no send is in flight.
+  void close_now(std::uint32_t slot) noexcept;
+  /// Input has ended for good (after our close, a protocol error, or an HTTP error answer).
+  void stop_reading(std::uint32_t slot) noexcept;
+  /// The application took the connection (after a successful on_open).
+  void opened(std::uint32_t slot) noexcept;
+  bool draining() const noexcept { return _draining; }
+
+  const conn_options& options() const noexcept { return _o; }
+  loop_ops& loop() noexcept { return _loop; }
+  application& app() noexcept { return _app; }
+  conn_counters& counters_mut() noexcept { return _n; }
+
+ private:
+  void on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noexcept override;
+  void flush(std::uint32_t slot) noexcept;
+  void output_drained(std::uint32_t slot) noexcept;
+  bool stuck(const connection& c) const noexcept;
+  void close_slow_consumer(std::uint32_t slot) noexcept;
+  void release(std::uint32_t slot) noexcept;
+  void leave_count(connection& c) noexcept;
+  void refuse_over_capacity(int fd) noexcept;
+
+  const conn_options& _o;
+  loop_ops& _loop;
+  transport& _transport;
+  application& _app;
+  pool::buffer_pool& _buffers;
+  std::atomic<std::uint32_t>& _open_count;
+  conn_table _table;
+  http_phase _http;
+  ws_phase _ws;
+  std::vector<iovec> _iov;                // flush scratch
+  std::vector<std::uint32_t> _release_later;  // slots that died during a send_all
+  bool _in_batch = false;
+  bool _draining = false;
+  std::uint32_t _drain_cursor = 0;
+  conn_counters _n;
+};
+
+}  // namespace wspush::server

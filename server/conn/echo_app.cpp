@@ -1,0 +1,11 @@
+#include "server/conn/echo_app.hpp"
+
+namespace wspush::server {
+
+void echo_app::on_message(conn_id c, message& m) noexcept {
+  pool::frame_ref f = frame_message(_ops->buffers(), m);
+  if (!f) return _ops->close(c, proto::close_code::internal_error);
+  _ops->send(c, std::move(f));
+}
+
+}  // namespace wspush::server

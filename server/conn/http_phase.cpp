@@ -1,0 +1,132 @@
+// The upgrade phase: gather and parse the request in place, hand a complete upgrade to a
+// worker, and on its return open the WebSocket phase (or answer an HTTP error and close).
+
+#include "server/conn/http_phase.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "proto/ws_handshake.hpp"
+#include "server/conn/connections.hpp"
+#include "server/conn/upgrade_runner.hpp"
+#include "server/conn/ws_phase.hpp"
+
+namespace wspush::server {
+
+void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept {
+  connection& c = _c.at(slot);
+  upgrade_job_ref& job = c.rx.job;
+  if (!job) {
+    job = upgrade_job_ref::make(_c.buffers(), std::max<std::size_t>(bytes.size(), 1024));
+    if (!job) return _c.close_now(slot);
+    job->parser = proto::upgrade_parser(_c.options().max_request_bytes);
+  }
+  if (!job.reserve_tail(job->len, std::size_t(job->len) + bytes.size())) return _c.close_now(slot);
+  std::memcpy(job.tail() + job->len, bytes.data(), bytes.size());
+  job->len += std::uint32_t(bytes.size());
+
+  proto::upgrade_request req;
+  auto r = job->parser.parse({reinterpret_cast<const char*>(job.tail()), job->len}, req);
+  switch (r.outcome) {
+    case proto::upgrade_outcome::need_more: return;
+    case proto::upgrade_outcome::error: return answer(slot, r.status, r.reason);
+    case proto::upgrade_outcome::plain_http:
+      return answer(slot, 426, "This is a WebSocket endpoint: connect with Upgrade: websocket\n",
+                    "Upgrade: websocket\r\n");
+    case proto::upgrade_outcome::websocket: {
+      auto offset = [&](std::string_view part) {
+        return part.empty() ? 0u : std::uint32_t(part.data() - reinterpret_cast<const char*>(job.tail()));
+      };
+      job->consumed = std::uint32_t(r.consumed);
+      job->key_at = offset(req.key), job->key_len = std::uint32_t(req.key.size());
+      job->token_at = offset(req.token), job->token_len = std::uint32_t(req.token.size());
+      return dispatch(slot);
+    }
+  }
+}
+
+void http_phase::dispatch(std::uint32_t slot) noexcept {
+  connection& c = _c.at(slot);
+  upgrade_job_ref job = std::move(c.rx.job);
+  job->token = _c.token_of(slot);
+  _c.set_state(slot, conn_state::upgrade_pending);
+  if (!_runner->run(std::move(job))) {
+    _held_back = true;
+    _c.loop().pause_accepting(1);  // saturated: keep new connections in the kernel's backlog
+  }
+}
+
+void http_phase::retry() noexcept {
+  if (!_held_back) return;
+  _held_back = !_runner->retry();
+  if (_held_back) _c.loop().pause_accepting(1);
+}
+
+void http_phase::on_early_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept {
+  pool::lease& early = _c.at(slot).rx.early;
+  std::size_t have = early.size();
+  if (have + bytes.size() > max_early_bytes) {
+    // More than a client may send before it has seen our 101: not a WebSocket client.
+    return answer(slot, 400, "too many bytes before the upgrade completed\n");
+  }
+  if (!early) early = _c.buffers().acquire(std::max<std::size_t>(bytes.size(), 1024));
+  if (!early || (have + bytes.size() > early.capacity() && !early.reserve(have + bytes.size())))
+    return _c.close_now(slot);
+  std::memcpy(early.data() + have, bytes.data(), bytes.size());
+  early.set_size(have + bytes.size());
+}
+
+void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
+  std::uint32_t slot = _c.lookup(job->token);
+  if (slot == no_index || _c.at(slot).state != conn_state::upgrade_pending) return;  // closed meanwhile
+  if (_c.draining()) return answer(slot, 503, "shutting down, retry later\n", "Retry-After: 5\r\n");
+  upgrade_job& j = *job;
+  if (j.status != 101) return answer(slot, j.status, {j.reason, j.reason_len});
+  auto text = [&](std::uint32_t at, std::uint32_t len) {
+    return std::string_view(reinterpret_cast<const char*>(job.tail()) + at, len);
+  };
+  open_info info{j.exp, text(j.grants_at, j.topics_len), text(j.grants_at + j.topics_len, j.pub_len)};
+  pool::lease response = _c.buffers().acquire(j.response_len);
+  if (!response || !_c.app().on_open(slot, info)) return answer(slot, 500, "internal error\n");
+  _c.opened(slot);
+  std::memcpy(response.data(), j.response, j.response_len);
+  response.set_size(j.response_len);
+  connection& c = _c.at(slot);
+  _c.counters_mut().upgrades_ok.add();
+  pool::lease early = std::move(c.rx.early);  // bytes that arrived while the worker ran
+  _c.set_state(slot, conn_state::open);
+  _c.queue(slot, pool::frame_ref::adopt(std::move(response)), true);
+  // Frame bytes that came with the request, then those that came while the worker ran.
+  _ws.start(slot, {job.tail() + j.consumed, j.len - j.consumed});
+  if (early && _c.at(slot).state == conn_state::open && _c.at(slot).gen == token_gen(j.token))
+    _ws.on_bytes(slot, early.bytes());
+}
+
+void http_phase::count_refusal(std::uint16_t status) noexcept {
+  conn_counters& n = _c.counters_mut();
+  if (status == 401) n.upgrades_unauthorized.add();
+  else if (status == 503) n.upgrades_over_capacity.add();
+  else if (status >= 500) n.upgrades_error.add();
+  else n.upgrades_bad_request.add();
+}
+
+void http_phase::answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
+                        std::string_view extra_headers) noexcept {
+  count_refusal(status);
+  pool::lease l = _c.buffers().acquire(512 + body.size());
+  std::size_t n = l ? proto::encode_http_response(status, {reinterpret_cast<char*>(l.data()), l.capacity()}, body,
+                                                  extra_headers)
+                    : 0;
+  if (n == 0) return _c.close_now(slot);
+  l.set_size(n);
+  connection& c = _c.at(slot);
+  c.drop_rx();
+  _c.set_state(slot, conn_state::closing);
+  // Send the answer, then half-close and read until the peer closes (or the close timeout):
+  // closing with unread request bytes would reset the connection and lose the answer.
+  c.flags |= flag_read_broken | flag_linger_when_flushed;
+  _c.loop().arm(slot, _c.loop().ticks_for(_c.options().close_timeout));
+  _c.queue(slot, pool::frame_ref::adopt(std::move(l)), true);
+}
+
+}  // namespace wspush::server

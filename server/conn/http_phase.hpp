@@ -1,0 +1,49 @@
+#pragma once
+// The upgrade phase: from the first byte of a connection to the 101 (or an HTTP error and a
+// close). The loop gathers the request and parses it (cheap, and it must know where the request
+// ends); a complete upgrade goes to a worker for the costly part and comes back; then the
+// connection is handed to the WebSocket phase with any bytes that came behind the request.
+// When no worker has room the shard stops accepting until one has, as the Go design this
+// descends from did: new connections wait in the kernel's backlog, not in our memory.
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "server/conn/connection.hpp"
+
+namespace wspush::server {
+
+class connections;
+class upgrade_runner;
+class ws_phase;
+
+class http_phase {
+ public:
+  http_phase(connections& c, ws_phase& ws) noexcept : _c(c), _ws(ws) {}
+  void set_runner(upgrade_runner& r) noexcept { _runner = &r; }
+
+  /// Request bytes for a connection in `upgrading`.
+  void on_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept;
+  /// Bytes for a connection whose request is with a worker: kept (bounded) until it is back.
+  void on_early_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept;
+  /// A worker finished a job.
+  void on_upgraded(upgrade_job_ref&& job) noexcept;
+  /// Once per loop iteration: jobs no worker had room for get another try.
+  void retry() noexcept;
+  static constexpr std::uint32_t max_early_bytes = 64 * 1024;  ///< frames sent before our 101 arrives
+  /// Answers with an HTTP status and closes (after the answer is out and the peer is done).
+  void answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
+              std::string_view extra_headers = {}) noexcept;
+
+ private:
+  void dispatch(std::uint32_t slot) noexcept;
+  void count_refusal(std::uint16_t status) noexcept;
+
+  connections& _c;
+  ws_phase& _ws;
+  upgrade_runner* _runner = nullptr;
+  bool _held_back = false;  // the runner holds jobs back: accepting stays paused
+};
+
+}  // namespace wspush::server

@@ -1,0 +1,87 @@
+// The worker's half of an upgrade: the token check and the 101 response. It touches nothing
+// but the job block, which then goes back to the shard that owns the connection.
+
+#include "server/conn/upgrade_runner.hpp"
+
+#include <cstring>
+#include <ctime>
+
+#include "proto/ws_handshake.hpp"
+
+namespace wspush::server {
+namespace {
+
+std::string_view text_of(upgrade_job_ref& job, std::uint32_t at, std::uint32_t len) noexcept {
+  return {reinterpret_cast<const char*>(job.tail()) + at, len};
+}
+
+void refuse(upgrade_job& j, std::uint16_t status, std::string_view reason) noexcept {
+  j.status = status;
+  j.reason = reason.data();  // static text
+  j.reason_len = std::uint32_t(reason.size());
+}
+
+/// A valid, unexpired HS256 token from the query or the cookie, whose grants and expiry are
+/// appended to the job (the block may move). False with the job's status set when refused.
+bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job) noexcept {
+  std::string_view token = text_of(job, job->token_at, job->token_len);
+  if (token.empty()) return refuse(*job, 401, "missing token (?token= or cookie wspush_token)"), false;
+  char storage[proto::jwt_claims_storage_bytes];
+  proto::jwt_claims claims;
+  auto r = tokens.verify(token, std::int64_t(std::time(nullptr)), storage, claims);
+  if (!r.ok()) return refuse(*job, 401, r.message), false;
+  std::string_view topics = claims.topics.bytes(), pub = claims.pub.bytes();
+  if (!job.reserve_tail(job->len, job->len + topics.size() + pub.size())) return refuse(*job, 500, "internal error\n"), false;
+  std::uint8_t* at = job.tail() + job->len;
+  if (!topics.empty()) std::memcpy(at, topics.data(), topics.size());
+  if (!pub.empty()) std::memcpy(at + topics.size(), pub.data(), pub.size());
+  job->grants_at = job->len;
+  job->topics_len = std::uint32_t(topics.size());
+  job->pub_len = std::uint32_t(pub.size());
+  job->exp = claims.exp;
+  return true;
+}
+
+}  // namespace
+
+void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noexcept {
+  if (tokens && !check_token(*tokens, job)) return;
+  upgrade_job& j = *job;
+  std::size_t n = proto::encode_switching_protocols(
+      text_of(job, j.key_at, j.key_len), {reinterpret_cast<char*>(j.response), sizeof j.response});
+  if (n == 0) return refuse(j, 500, "internal error\n");
+  j.response_len = std::uint32_t(n);
+  j.status = 101;
+}
+
+pool_upgrade_runner::pool_upgrade_runner(loop& l, pool::task_pool& tasks, const proto::jwt_verifier* tokens,
+                                         inbox_consumer<upgrade_job_ref>& done)
+    : _tasks(tasks),
+      _tokens(tokens),
+      _done(l, tasks.options().queue_capacity + tasks.options().max_workers + 64, done) {}
+
+bool pool_upgrade_runner::run(upgrade_job_ref&& job) noexcept {
+  struct work {
+    pool_upgrade_runner* self;
+    upgrade_job_ref job;
+    void operator()() noexcept {
+      finish_upgrade(self->_tokens, job);
+      // The inbox has room for every job that can be out; it refuses only once the loop has
+      // stopped, and then the connection is gone anyway (the job is dropped with the task).
+      [[maybe_unused]] bool posted = self->_done.post(std::move(job));
+    }
+  };
+  pool::task_pool::task t(work{this, std::move(job)});
+  if (_held.empty() && _tasks.try_schedule_from(t)) return true;
+  _held.push_back(std::move(t));  // grows once to the most ever held back, then reuses
+  return false;
+}
+
+bool pool_upgrade_runner::retry() noexcept {
+  std::size_t k = 0;
+  while (k < _held.size() && _tasks.try_schedule_from(_held[k])) ++k;
+  _held.erase(_held.begin(), _held.begin() + std::ptrdiff_t(k));
+  return _held.empty();
+}
+
+}  // namespace wspush::server

@@ -1,0 +1,256 @@
+// The WebSocket phase: frames in, complete messages to the application, control frames
+// answered, the close handshake, and an open connection's one deadline.
+
+#include "server/conn/ws_phase.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "server/base/clock.hpp"
+#include "server/base/log.hpp"
+#include "server/conn/app.hpp"
+#include "server/conn/connections.hpp"
+
+namespace wspush::server {
+
+/// The frame reader's handler for one connection.
+struct ws_phase::events {
+  ws_phase& ws;
+  std::uint32_t slot;
+
+  bool on_data(proto::opcode op, std::span<std::uint8_t> piece, bool first, bool last) noexcept {
+    if (ws._c.at(slot).state != conn_state::open) return true;  // closing: discard data
+    if (first && last) return ws.deliver(slot, op, nullptr, piece, piece.size());
+    ws_rx* rs = ws.rx(slot);
+    if (!rs) return ws.close_on_error(slot, proto::close_code::internal_error), false;
+    if (first) {
+      rs->msg = ws._c.buffers().acquire(message_header_room + std::max<std::size_t>(piece.size() * 2, 4096));
+      rs->msg_len = 0;
+      rs->msg_op = op;
+    }
+    std::size_t need = message_header_room + rs->msg_len + piece.size();
+    if (rs->msg) rs->msg.set_size(message_header_room + rs->msg_len);
+    if (!rs->msg || (need > rs->msg.capacity() && !rs->msg.reserve(std::max(need, rs->msg.capacity() * 2))))
+      return ws.close_on_error(slot, proto::close_code::too_big), false;
+    if (!piece.empty()) std::memcpy(rs->msg.data() + message_header_room + rs->msg_len, piece.data(), piece.size());
+    rs->msg_len += std::uint32_t(piece.size());
+    if (!last) return true;
+    pool::lease msg = std::move(rs->msg);
+    msg.set_size(message_header_room + rs->msg_len);
+    std::span<std::uint8_t> payload(msg.data() + message_header_room, rs->msg_len);
+    return ws.deliver(slot, rs->msg_op, &msg, payload, msg.capacity() - message_header_room);
+  }
+
+  bool on_control(proto::opcode op, std::span<std::uint8_t> payload) noexcept {
+    connection& c = ws._c.at(slot);
+    if (op == proto::opcode::ping) {
+      if (c.state == conn_state::open) ws._c.queue_pong(slot, payload);
+      return ws._c.at(slot).state == conn_state::open;
+    }
+    if (op != proto::opcode::close) return true;  // pong: nothing to do
+    if (c.state == conn_state::open) {
+      // Echo the peer's code (none if it sent none), then close once that is on the wire.
+      ws.queue_close(slot, payload.first(std::min<std::size_t>(payload.size(), 2)));
+      ws._c.set_state(slot, conn_state::closing);
+      ws._c.loop().arm(slot, ws._c.loop().ticks_for(ws._c.options().close_timeout));
+    }
+    ws._c.at(slot).flags |= flag_close_when_flushed;
+    ws._c.stop_reading(slot);  // nothing follows a close frame
+    ws._c.list(slot);
+    return false;
+  }
+};
+
+ws_rx* ws_phase::rx(std::uint32_t slot) noexcept {
+  connection& c = _c.at(slot);
+  if (!c.rx.ws) c.rx.ws = pool::leased<ws_rx>::make(_c.buffers(), 0);
+  return c.rx.ws.get();
+}
+
+void ws_phase::start(std::uint32_t slot, std::span<std::uint8_t> early) noexcept {
+  connection& c = _c.at(slot);
+  const std::uint32_t gen = c.gen;
+  c.last_rx = _c.loop().now();
+  arm(slot, _c.loop().ticks_for(_c.options().ping_interval));  // keepalive from here on
+  if (!early.empty() && c.gen == gen && c.state == conn_state::open) on_bytes(slot, early);
+}
+
+void ws_phase::on_bytes(std::uint32_t slot, std::span<std::uint8_t> bytes) noexcept {
+  connection& c = _c.at(slot);
+  if (c.flags & flag_read_broken) return;  // after an error or a close: discard
+  const std::uint32_t gen = c.gen;
+  ws_rx* rs = c.rx.ws.get();
+  proto::ws_reader r = rs ? rs->reader : proto::ws_reader{};
+  std::uint8_t tail[sizeof ws_rx::tail];
+  std::size_t tail_len = 0, pos = 0, used = 0;
+
+  if (rs && rs->tail_len) {
+    // Join the kept tail with the start of the new bytes: a header or control frame is never
+    // longer than the tail buffer, so this join always completes it if the bytes are there.
+    std::size_t t = rs->tail_len, m = std::min(bytes.size(), sizeof tail - t);
+    std::memcpy(tail, rs->tail, t);
+    std::memcpy(tail + t, bytes.data(), m);
+    rs->tail_len = 0;
+    if (!consume(slot, r, {tail, t + m}, used)) return;
+    if (used < t) {  // still incomplete: every new byte went into the join
+      std::memmove(tail, tail + used, t + m - used);
+      tail_len = t + m - used;
+      pos = bytes.size();
+    } else {
+      pos = used - t;
+    }
+  }
+  if (pos < bytes.size()) {
+    auto rest = bytes.subspan(pos);
+    if (!consume(slot, r, rest, used)) return;
+    tail_len = rest.size() - used;
+    std::memcpy(tail, rest.data() + used, tail_len);
+  }
+  if (c.gen != gen || (c.state != conn_state::open && c.state != conn_state::closing)) return;
+
+  // A partial header or control frame counts as unfinished as much as a partial payload: a
+  // peer that trickles one must meet the message timeout too.
+  bool unfinished = r.in_message() || r.mid_frame() || tail_len > 0;
+  if (unfinished) {
+    rs = rx(slot);
+    if (!rs) return close_on_error(slot, proto::close_code::internal_error);
+    rs->reader = r;
+    rs->tail_len = std::uint8_t(tail_len);
+    std::memcpy(rs->tail, tail, tail_len);
+  } else {
+    c.rx.ws.reset();
+  }
+  note_timer(slot, unfinished);
+}
+
+bool ws_phase::consume(std::uint32_t slot, proto::ws_reader& r, std::span<std::uint8_t> bytes,
+                       std::size_t& used) noexcept {
+  connection& c = _c.at(slot);
+  const std::uint32_t gen = c.gen;
+  const conn_options& o = _c.options();
+  proto::ws_limits limits{std::min(o.max_frame_bytes, o.max_message_bytes), o.max_message_bytes};
+  events h{*this, slot};
+  auto res = r.consume(bytes, limits, h);
+  if (c.gen != gen || c.state == conn_state::free || c.state == conn_state::dead) return false;
+  if (res.status == proto::parse_status::error) {
+    close_on_error(slot, res.error);
+    return false;
+  }
+  if (c.flags & flag_read_broken) return false;  // a close frame, or a failure inside a handler
+  used = res.consumed;
+  return true;
+}
+
+bool ws_phase::deliver(std::uint32_t slot, proto::opcode op, pool::lease* block, std::span<std::uint8_t> payload,
+                       std::size_t readable) noexcept {
+  _c.counters_mut().messages_in.add();
+  message m{op, payload, readable, block};
+  const std::uint32_t gen = _c.at(slot).gen;
+  _c.app().on_message(slot, m);
+  const connection& c = _c.at(slot);
+  return c.gen == gen && c.state == conn_state::open;
+}
+
+void ws_phase::queue_close(std::uint32_t slot, std::span<const std::uint8_t> payload) noexcept {
+  pool::lease l = _c.buffers().acquire(proto::max_server_header_size + payload.size());
+  if (!l) return;
+  std::size_t hn = proto::encode_frame_header(
+      std::span<std::uint8_t, proto::max_server_header_size>(l.data(), proto::max_server_header_size),
+      proto::opcode::close, true, payload.size());
+  if (!payload.empty()) std::memcpy(l.data() + hn, payload.data(), payload.size());
+  l.set_size(hn + payload.size());
+  _c.queue(slot, pool::frame_ref::adopt(std::move(l)), true);  // a close must get out: no bound
+}
+
+void ws_phase::close_on_error(std::uint32_t slot, proto::close_code code) noexcept {
+  _c.counters_mut().protocol_errors.add();
+  start_close(slot, code, true);
+}
+
+void ws_phase::start_close(std::uint32_t slot, proto::close_code code, bool linger) noexcept {
+  connection& c = _c.at(slot);
+  if (c.state != conn_state::open) return;
+  std::uint8_t payload[2];
+  std::size_t n = proto::encode_close_payload(code, {}, payload);
+  _c.set_state(slot, conn_state::closing);
+  queue_close(slot, {payload, n});
+  if (linger) {
+    // We stop parsing: half-close once the close frame is out, then wait for the peer's FIN.
+    c.flags |= flag_linger_when_flushed;
+    _c.stop_reading(slot);
+  }
+  _c.loop().arm(slot, _c.loop().ticks_for(_c.options().close_timeout));
+}
+
+/// One deadline per connection: the message timeout while a frame or message is unfinished,
+/// otherwise the keepalive deadline (re-armed lazily from last_rx when it fires).
+void ws_phase::note_timer(std::uint32_t slot, bool unfinished) noexcept {
+  connection& c = _c.at(slot);
+  if (c.state != conn_state::open) return;
+  if (unfinished) {
+    if (!(c.flags & flag_timer_message)) {
+      c.flags |= flag_timer_message;
+      arm(slot, _c.loop().ticks_for(_c.options().message_timeout));
+    }
+  } else if (c.flags & flag_timer_message) {
+    c.flags &= ~flag_timer_message;
+    arm(slot, _c.loop().ticks_for(_c.options().ping_interval));
+  }
+}
+
+/// Arms an open connection's deadline `ticks` ahead, or at the application's expiry if that
+/// comes first (flag_timer_exp then says so): a connection is closed within a tick of it.
+void ws_phase::arm(std::uint32_t slot, std::uint32_t ticks) noexcept {
+  connection& c = _c.at(slot);
+  c.flags &= ~flag_timer_exp;
+  if (std::uint32_t exp = _c.app().expiry(slot)) {
+    std::int64_t left_ms = std::min<std::int64_t>(std::int64_t(exp) * 1000 - realtime_ms(), 86'400'000);
+    std::uint32_t until = left_ms <= 0 ? 1 : _c.loop().ticks_for(double(left_ms) / 1000.0);
+    if (until <= ticks) {
+      ticks = until;
+      c.flags |= flag_timer_exp;
+    }
+  }
+  _c.loop().arm(slot, ticks);
+}
+
+void ws_phase::rearm(std::uint32_t slot) noexcept {
+  connection& c = _c.at(slot);
+  if (c.state != conn_state::open) return;
+  arm(slot, _c.loop().ticks_for(c.flags & flag_timer_message ? _c.options().message_timeout : _c.options().ping_interval));
+}
+
+void ws_phase::on_timer(std::uint32_t slot) noexcept {
+  connection& c = _c.at(slot);
+  const conn_options& o = _c.options();
+  if (c.flags & flag_timer_exp) {
+    // The wheel's monotonic ticks and the wall clock may disagree by a little: if it is not
+    // quite time yet, wait for the rest (every other deadline was later than this one).
+    if (realtime_ms() >= std::int64_t(_c.app().expiry(slot)) * 1000) return _c.app().on_expired(slot);
+    return arm(slot, UINT32_MAX);
+  }
+  if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
+    _c.counters_mut().timeouts.add();
+    return close_on_error(slot, proto::close_code::policy_violation);
+  }
+  if (c.flags & flag_ping_sent) {  // nothing came back since our ping
+    _c.counters_mut().timeouts.add();
+    return _c.close_now(slot);
+  }
+  const std::uint32_t silent = _c.loop().now() - c.last_rx, interval = _c.loop().ticks_for(o.ping_interval);
+  if (silent < interval) return arm(slot, interval - silent);
+  c.flags |= flag_ping_sent;
+  queue_ping(slot);
+  arm(slot, _c.loop().ticks_for(o.pong_timeout));
+}
+
+void ws_phase::queue_ping(std::uint32_t slot) noexcept {
+  pool::lease l = _c.buffers().acquire(2);
+  if (!l) return;
+  l.data()[0] = 0x80 | std::uint8_t(proto::opcode::ping);
+  l.data()[1] = 0;
+  l.set_size(2);
+  _c.queue(slot, pool::frame_ref::adopt(std::move(l)));
+}
+
+}  // namespace wspush::server

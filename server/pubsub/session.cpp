@@ -1,0 +1,184 @@
+#include "server/pubsub/session.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "proto/ws_frame.hpp"
+#include "server/base/clock.hpp"
+#include "server/base/log.hpp"
+
+namespace wspush::server::pubsub {
+namespace {
+
+/// Client messages refused in a row before the connection is closed with 1008: a client that
+/// keeps sending what we refuse is broken or abusive, and each refusal costs us a reply.
+constexpr std::uint8_t max_errors_in_a_row = 7;
+constexpr std::uint32_t expire_every_ticks = 20;  // the history's TTL sweep: once a second
+
+std::size_t names_bound(std::span<const std::string_view> names) noexcept {
+  std::size_t n = 0;
+  for (std::string_view t : names) n += t.size() + 3;  // topics need no escaping: "t",
+  return n;
+}
+
+}  // namespace
+
+session::session(const session_options& o, bool tokens_on, hub& h, fanout& f, std::uint32_t max_message_bytes,
+                 bool expire_history)
+    : _o(o),
+      _tokens_on(tokens_on),
+      _expire_history(expire_history),
+      _hub(h),
+      _fanout(f),
+      _parser(max_message_bytes),
+      _env(std::make_unique<proto::envelope>()) {
+  _replay.reserve(64);
+}
+
+session::~session() = default;
+
+void session::bind(conn_ops& ops) noexcept {
+  _ops = &ops;
+  _fanout.bind(ops);
+}
+
+bool session::on_open(conn_id c, const open_info& info) noexcept {
+  return !_tokens_on || _sessions.set(c, info.exp, info.topics, info.pub);
+}
+
+void session::on_close(conn_id c) noexcept {
+  if (_fanout.registry().unsubscribe_all(c)) _fanout.count_subscriptions();  // a reused slot starts with no topics
+  _sessions.clear(c);
+}
+
+void session::on_expired(conn_id c) noexcept {
+  _fanout.counters().token_expired_closes.add();
+  _ops->close(c, proto::close_code::policy_violation);
+}
+
+void session::on_tick(std::uint32_t tick) noexcept {
+  if (_expire_history && tick % expire_every_ticks == 0) _hub.events().expire(monotonic_ns());
+}
+
+/// Frames a JSON text written by `encode(std::span<char>) -> bytes` (at most `bound`) and
+/// queues it for `c`.
+template <class Encode>
+bool session::reply(conn_id c, std::size_t bound, Encode&& encode) noexcept {
+  constexpr std::size_t room = proto::max_server_header_size;
+  pool::lease l = _ops->buffers().acquire(room + bound);
+  if (!l) return false;
+  std::size_t n = encode(std::span<char>(reinterpret_cast<char*>(l.data()) + room, bound));
+  if (n == 0) return false;
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
+  return _ops->send(c, pool::frame_ref::adopt(std::move(l)));
+}
+
+void session::on_message(conn_id c, message& m) noexcept {
+  if (m.op != proto::opcode::text) return _ops->close(c, proto::close_code::unsupported_data);  // the protocol is JSON text
+  std::string_view text(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+  auto r = _parser.parse(text, m.readable, *_env);
+  if (!r.ok()) return client_error(c, r.error, {});
+  switch (_env->op) {
+    case proto::client_op::sub: return client_sub(c);
+    case proto::client_op::unsub: return client_unsub(c);
+    case proto::client_op::pub: return client_pub(c);
+  }
+}
+
+void session::client_error(conn_id c, proto::client_error e, std::string_view topic) noexcept {
+  _fanout.counters().client_errors.add();
+  auto errors = std::uint8_t(_ops->app_bits(c) + 1);
+  reply(c, 64 + 6 * topic.size(), [&](std::span<char> out) { return proto::encode_error(e, topic, out); });
+  if (errors > max_errors_in_a_row) {
+    log_ratelimited(log_level::info, "closing a connection after %u refused messages in a row", unsigned(errors));
+    return _ops->close(c, proto::close_code::policy_violation);
+  }
+  if (_ops->is_open(c)) _ops->set_app_bits(c, errors);
+}
+
+proto::grants_view session::grants_of(conn_id c, bool pub) const noexcept {
+  if (!_tokens_on) return pub && !_o.allow_client_publish ? proto::grants_view{} : proto::grants_all;
+  const session_grants& s = _sessions.get(c);
+  return pub ? s.pub() : s.topics();
+}
+
+void session::client_sub(conn_id c) noexcept {
+  auto topics = _env->topics();
+  proto::grants_view granted = grants_of(c, false);
+  for (std::string_view t : topics)  // all or nothing: a refused sub changes nothing
+    if (!proto::grants_match(granted, t)) return client_error(c, proto::client_error::forbidden, t);
+  topic_registry& reg = _fanout.registry();
+  std::uint32_t added = 0;  // bit k: topics[k] is new to this connection
+  for (std::size_t k = 0; k < topics.size(); ++k) {
+    auto r = reg.subscribe(c, topics[k]);
+    if (r == sub_result::added) {
+      added |= 1u << k;
+    } else if (r != sub_result::already) {
+      for (std::size_t j = 0; j < k; ++j)
+        if (added & (1u << j)) reg.unsubscribe(c, topics[j]);
+      _fanout.count_subscriptions();
+      return client_error(c,
+                          r == sub_result::too_many_topics ? proto::client_error::too_many_subscriptions
+                                                           : proto::client_error::unavailable,
+                          topics[k]);
+    }
+  }
+  _fanout.count_subscriptions();
+  std::string_view lost[proto::max_topics_per_message];
+  std::uint32_t lost_count = replay_since(added, lost);
+  std::span<const std::string_view> lost_span(lost, lost_count);
+  bool ok = reply(c, 64 + names_bound(topics) + names_bound(lost_span),
+                  [&](std::span<char> out) { return proto::encode_subbed(topics, lost_span, out); });
+  for (pool::frame_ref& f : _replay) {
+    ok = ok && _ops->send(c, std::move(f));
+    if (ok) _fanout.counters().deliveries.add();
+  }
+  _replay.clear();
+  if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+/// Collects into _replay what the connection missed on the topics it just subscribed to with
+/// a `since`, and writes the topics whose history does not reach back that far into `lost`.
+/// The replay stops at what this shard has already fanned out; anything later is still in
+/// its inbox and reaches the connection live (history.hpp, "the seam").
+std::uint32_t session::replay_since(std::uint32_t added, std::string_view* lost) noexcept {
+  std::uint32_t n = 0;
+  auto topics = _env->topics();
+  history& h = _hub.events();
+  for (const proto::since_entry& s : _env->since()) {
+    auto k = std::size_t(std::find(topics.begin(), topics.end(), s.topic) - topics.begin());
+    if (k >= topics.size() || !(added & (1u << k))) continue;  // already subscribed: it has them live
+    auto r = h.replay(s.topic, s.id, _fanout.fanned(h.part_of(s.topic)), monotonic_ns(),
+                      [this](std::uint64_t, const pool::frame_ref& f) noexcept { _replay.push_back(f); });
+    if (r.lost) lost[n++] = s.topic;
+  }
+  return n;
+}
+
+void session::client_unsub(conn_id c) noexcept {
+  auto topics = _env->topics();
+  for (std::string_view t : topics) _fanout.registry().unsubscribe(c, t);
+  _fanout.count_subscriptions();
+  reply(c, 64 + names_bound(topics), [&](std::span<char> out) { return proto::encode_unsubbed(topics, out); });
+  if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+void session::client_pub(conn_id c) noexcept {
+  const proto::envelope& env = *_env;
+  pubsub_counters& n = _fanout.counters();
+  if (!proto::grants_match(grants_of(c, true), env.topic)) {
+    n.client_pubs_forbidden.add();
+    return client_error(c, proto::client_error::forbidden, env.topic);
+  }
+  history_id id;
+  // A shard never waits on a crowded sibling: the hub refuses instead (two shards waiting on
+  // each other's full inbox would wait forever).
+  if (_hub.publish(env.topic, env.data, id, true) != publish_status::ok) {
+    n.client_pubs_unavailable.add();
+    return client_error(c, proto::client_error::unavailable, env.topic);
+  }
+  n.client_pubs_ok.add();
+  if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+}  // namespace wspush::server::pubsub

@@ -1,0 +1,202 @@
+// The pub/sub session over a fake connection layer (no sockets, no loop thread): the protocol's
+// replies and their order, grants, resume with its seam, lost, abuse, and cleanup on close.
+// Events go from the real hub through a port that hands them straight to the shard's fanout.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pool/buffer_pool.hpp"
+#include "proto/jwt.hpp"
+#include "proto/ws_frame.hpp"
+#include "server/pubsub/fanout.hpp"
+#include "server/pubsub/hub.hpp"
+#include "server/pubsub/session.hpp"
+#include "server/reactor/loop.hpp"
+
+using namespace wspush;
+using namespace wspush::server;
+using namespace wspush::server::pubsub;
+
+namespace {
+
+/// The connection layer as the session sees it: what each connection was sent, and closes.
+class fake_conns final : public conn_ops {
+ public:
+  explicit fake_conns(pool::buffer_pool& b) : _b(b) {}
+  bool send(conn_id c, pool::frame_ref f) noexcept override {
+    if (closed.count(c)) return false;
+    auto bytes = f.bytes();
+    auto h = proto::parse_frame_header(bytes);
+    sent[c].emplace_back(reinterpret_cast<const char*>(bytes.data()) + h.header.size, bytes.size() - h.header.size);
+    return true;
+  }
+  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept override {
+    send_counts n;
+    for (conn_id c : cs) (send(c, f) ? n.queued : n.closing) += 1;
+    return n;
+  }
+  void close(conn_id c, proto::close_code code) noexcept override { closed[c] = std::uint16_t(code); }
+  bool is_open(conn_id c) const noexcept override { return !closed.count(c); }
+  void expiry_changed(conn_id) noexcept override {}
+  std::uint8_t app_bits(conn_id c) const noexcept override { return bits.count(c) ? bits.at(c) : 0; }
+  void set_app_bits(conn_id c, std::uint8_t v) noexcept override { bits[c] = v; }
+  pool::buffer_pool& buffers() noexcept override { return _b; }
+
+  std::map<conn_id, std::vector<std::string>> sent;
+  std::map<conn_id, std::uint16_t> closed;
+  std::map<conn_id, std::uint8_t> bits;
+
+ private:
+  pool::buffer_pool& _b;
+};
+
+/// The hub's port of the one shard: the event goes to the fanout at once.
+struct direct_port final : event_port {
+  fanout* f = nullptr;
+  bool offer(event&& e, bool) noexcept override {
+    f->on_item(std::move(e));
+    return true;
+  }
+  void wake() noexcept override {}
+  bool crowded() const noexcept override { return false; }
+};
+
+struct fixture {
+  pool::buffer_pool buffers;
+  session_options opts;
+  loop l{loop_options{}};  // hosts the fanout's inbox; never run here
+  hub h{history_options{.size_per_topic = 3, .epoch = "ep"}, buffers};
+  fanout f{l, 64, h.events().part_count(), registry_options{8, 128, 1}};
+  direct_port port;
+  fake_conns conns{buffers};
+  session s;
+
+  explicit fixture(bool tokens, session_options o = {})
+      : opts(o), s(opts, tokens, h, f, 64 * 1024, true) {
+    port.f = &f;
+    h.attach({&port});
+    s.bind(conns);
+  }
+  void open(conn_id c, std::string_view topics = {}, std::string_view pub = {}, std::int64_t exp = 0) {
+    REQUIRE(s.on_open(c, open_info{exp, topics, pub}));
+  }
+  void say(conn_id c, std::string text) {
+    message m{proto::opcode::text, {reinterpret_cast<std::uint8_t*>(text.data()), text.size()}, text.size(), nullptr};
+    s.on_message(c, m);
+  }
+  std::string publish(std::string_view topic, std::string_view data) {
+    history_id id;
+    REQUIRE(h.publish(topic, data, id, true) == publish_status::ok);
+    return std::string(id.view());
+  }
+  std::vector<std::string>& got(conn_id c) { return conns.sent[c]; }
+};
+
+std::string compact(std::initializer_list<std::string_view> patterns) {
+  std::string out;
+  for (std::string_view p : patterns) out.append(1, char(p.size())).append(p);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("session: sub is answered subbed, then events reach exactly the subscribers, data byte for byte") {
+  fixture x(false);
+  x.open(1);
+  x.open(2);
+  x.say(1, R"({"op":"sub","topics":["mailbox:42"]})");
+  REQUIRE(x.got(1) == std::vector<std::string>{R"({"op":"subbed","topics":["mailbox:42"],"lost":[]})"});
+  std::string id = x.publish("mailbox:42", R"({ "subject" : "hi" })");
+  x.publish("mailbox:43", "1");
+  REQUIRE(x.got(1).size() == 2);
+  CHECK(x.got(1)[1] == R"({"topic":"mailbox:42","id":")" + id + R"(","data":{ "subject" : "hi" }})");
+  CHECK(x.got(2).empty());
+  x.say(1, R"({"op":"unsub","topics":["mailbox:42"]})");
+  CHECK(x.got(1).back() == R"({"op":"unsubbed","topics":["mailbox:42"]})");
+  x.publish("mailbox:42", "2");
+  CHECK(x.got(1).size() == 3);
+}
+
+TEST_CASE("session: sub with since replays what was missed after subbed, and says lost where history ends") {
+  fixture x(false);
+  x.open(1);
+  std::string first = x.publish("t", "1");
+  x.publish("t", "2");
+  x.publish("t", "3");
+  x.say(1, R"({"op":"sub","topics":["t","u"],"since":{"t":")" + first + R"(","u":"other:5"}})");
+  auto& g = x.got(1);
+  REQUIRE(g.size() == 3);
+  CHECK(g[0] == R"({"op":"subbed","topics":["t","u"],"lost":["u"]})");  // a foreign epoch
+  CHECK(g[1].find(R"("data":2})") != std::string::npos);
+  CHECK(g[2].find(R"("data":3})") != std::string::npos);
+  x.publish("t", "4");  // live after the replay, no gap, no duplicate
+  REQUIRE(g.size() == 4);
+  CHECK(g[3].find(R"("data":4})") != std::string::npos);
+  // Past the history's reach (3 per topic): lost, and what it still holds is replayed.
+  x.open(2);
+  for (int k = 5; k < 9; ++k) x.publish("t", std::to_string(k));
+  x.say(2, R"({"op":"sub","topics":["t"],"since":{"t":")" + first + R"("}})");
+  REQUIRE(x.got(2).size() == 4);
+  CHECK(x.got(2)[0] == R"({"op":"subbed","topics":["t"],"lost":["t"]})");
+}
+
+TEST_CASE("session: with tokens, grants decide sub and pub, all or nothing; the token's exp is the expiry") {
+  fixture x(true);
+  x.open(1, compact({"mailbox:42", "team:*"}), compact({"team:*"}), 4'000'000'000);
+  CHECK(x.s.expiry(1) == 4'000'000'000u);
+  x.say(1, R"({"op":"sub","topics":["team:a","mailbox:43"]})");
+  CHECK(x.got(1).back() == R"({"op":"error","code":"forbidden","topic":"mailbox:43"})");
+  CHECK(x.f.registry().subscription_count() == 0);  // nothing of it took
+  x.say(1, R"({"op":"sub","topics":["team:a","mailbox:42"]})");
+  CHECK(x.f.registry().subscription_count() == 2);
+  x.say(1, R"({"op":"pub","topic":"mailbox:42","data":1})");
+  CHECK(x.got(1).back() == R"({"op":"error","code":"forbidden","topic":"mailbox:42"})");
+  x.say(1, R"({"op":"pub","topic":"team:a","data":{"x":1}})");
+  CHECK(x.got(1).back().find(R"("topic":"team:a")") != std::string::npos);  // its own publish came back
+  x.s.on_expired(1);
+  CHECK(x.conns.closed[1] == 1008);
+}
+
+TEST_CASE("session: without tokens clients publish only when allowed") {
+  fixture closed_pub(false);
+  closed_pub.open(1);
+  closed_pub.say(1, R"({"op":"pub","topic":"t","data":1})");
+  CHECK(closed_pub.got(1).back() == R"({"op":"error","code":"forbidden","topic":"t"})");
+  fixture open_pub(false, session_options{.allow_client_publish = true});
+  open_pub.open(1);
+  open_pub.say(1, R"({"op":"pub","topic":"t","data":1})");
+  CHECK(open_pub.h.events().stats().entries == 1);
+}
+
+TEST_CASE("session: refusals in a row close with 1008; a good message resets the count; binary is 1003") {
+  fixture x(false);
+  x.open(1);
+  for (int k = 0; k < 7; ++k) x.say(1, "nope");
+  CHECK(x.conns.closed.empty());
+  x.say(1, R"({"op":"sub","topics":["t"]})");
+  for (int k = 0; k < 7; ++k) x.say(1, R"({"op":"what"})");
+  CHECK(x.conns.closed.empty());
+  x.say(1, "[]");
+  CHECK(x.conns.closed[1] == 1008);
+  x.open(2);
+  std::string b = "x";
+  message m{proto::opcode::binary, {reinterpret_cast<std::uint8_t*>(b.data()), 1}, 1, nullptr};
+  x.s.on_message(2, m);
+  CHECK(x.conns.closed[2] == 1003);
+}
+
+TEST_CASE("session: a closed connection leaves no subscription behind; its slot starts clean") {
+  fixture x(true);
+  x.open(1, compact({"*"}), {});
+  x.say(1, R"({"op":"sub","topics":["a","b","c"]})");
+  CHECK(x.f.counters().subscriptions.get() == 3);
+  x.s.on_close(1);
+  CHECK(x.f.registry().subscription_count() == 0);
+  CHECK(x.f.counters().subscriptions.get() == 0);
+  CHECK(x.s.expiry(1) == 0);
+  x.publish("a", "1");
+  CHECK(x.got(1).size() == 1);  // only the subbed from before
+}
