@@ -63,9 +63,11 @@ class conn_ops {
   /// Queues a frame for `c`. False when it was not queued: `c` is closing, or was closed just
   /// now as a slow consumer, or memory ran out.
   virtual bool send(conn_id c, pool::frame_ref f) noexcept = 0;
-  /// Queues one shared frame for each of `cs`. on_close is not called for any connection
-  /// during the call (`cs` may be the application's own array).
-  virtual send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept = 0;
+  /// Queues one shared frame for each of `cs`; the frame may hold several messages back to
+  /// back (`messages`, for the counters). on_close is not called for any connection during
+  /// the call (`cs` may be the application's own array).
+  virtual send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f,
+                               std::uint32_t messages = 1) noexcept = 0;
   /// Starts the close handshake with `code` (the connection stops reading messages).
   virtual void close(conn_id c, proto::close_code code) noexcept = 0;
   /// Whether `c` is open (not closing).

@@ -256,7 +256,8 @@ void connections::on_writable(conn_token t) noexcept {
   list(slot);
 }
 
-send_counts connections::send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept {
+send_counts connections::send_all(std::span<const conn_id> cs, const pool::frame_ref& f,
+                                   std::uint32_t messages) noexcept {
   send_counts n;
   _in_batch = true;  // nothing may leave the application's array while we walk it
   for (conn_id c : cs) {
@@ -265,7 +266,7 @@ send_counts connections::send_all(std::span<const conn_id> cs, const pool::frame
     else ++n.slow;
   }
   _in_batch = false;
-  _n.messages_out.add(n.queued);
+  _n.messages_out.add(n.queued * messages);
   for (std::size_t k = 0; k < _release_later.size(); ++k) release(_release_later[k]);
   _release_later.clear();
   return n;

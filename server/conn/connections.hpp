@@ -74,7 +74,8 @@ class connections final : public loop_handler,
     _n.messages_out.add();
     return true;
   }
-  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept override;
+  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f,
+                       std::uint32_t messages = 1) noexcept override;
   void close(conn_id c, proto::close_code code) noexcept override;
   bool is_open(conn_id c) const noexcept override;
   void expiry_changed(conn_id c) noexcept override { _ws.rearm(c); }

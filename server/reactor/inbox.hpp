@@ -29,6 +29,9 @@ class inbox_consumer {
  public:
   virtual ~inbox_consumer() = default;
   virtual std::uint64_t on_item(T&& item) noexcept = 0;
+  /// After each pass over the inbox (the budget is spent or the inbox is empty): a consumer
+  /// that gathers items into batches finishes the last one here.
+  virtual void on_pass_end() noexcept {}
 };
 
 template <class T>
@@ -65,6 +68,7 @@ class inbox final : public inbox_base {
       std::uint64_t cost = _consumer.on_item(std::move(item));
       budget -= cost < budget ? cost : budget;
     }
+    _consumer.on_pass_end();
     return _q.size_approx() > 0;
   }
 

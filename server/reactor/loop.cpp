@@ -18,6 +18,11 @@ constexpr std::uint64_t inbox_budget = 131072;
 /// Connections written per iteration. A fan-out to tens of thousands of subscribers goes out
 /// in slices of this many, with the loop taking new events between slices.
 constexpr std::uint32_t flush_slice = 1024;
+/// While a burst is being fanned out (inbox work left over), the flush waits for the rest of it,
+/// so that each connection gets the whole burst in one write (a loopback send costs about the
+/// same whatever it carries: sends per subscriber decide a burst's cost). Output waits at most
+/// this long, and not at all once a connection's output crosses its bound (yield_inbox).
+constexpr std::uint64_t max_flush_defer_ns = 50'000'000;
 
 }  // namespace
 
@@ -141,13 +146,25 @@ void loop::run(loop_handler& h) noexcept {
       if (_listening) _io->resume_accept(0);
     }
     if (_draining && _drain.done < _drain.total) drain_step();
-    flush_listed();
+    if (!flush_deferred()) flush_listed();
     ++_turn;
     count_lag();
   }
   _stopped.store(true, std::memory_order_release);
   _io->poll(*this, 0);  // submit the last closes
   _h = nullptr;
+}
+
+bool loop::flush_deferred() noexcept {
+  if (!_inbox_more || _yield) {
+    _defer_since_ns = 0;
+    return false;
+  }
+  std::uint64_t now = monotonic_ns();
+  if (_defer_since_ns == 0) _defer_since_ns = now;
+  if (now - _defer_since_ns < max_flush_defer_ns) return true;
+  _defer_since_ns = now;  // waited long enough: a slice goes out, the next wait starts
+  return false;
 }
 
 void loop::count_lag() noexcept {

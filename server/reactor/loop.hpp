@@ -157,6 +157,7 @@ class loop final : public loop_ops, private io_handler {
   void begin_drain() noexcept;
   void drain_step() noexcept;
   void flush_listed() noexcept;
+  bool flush_deferred() noexcept;
   void count_lag() noexcept;
 
   loop_options _o;
@@ -168,6 +169,7 @@ class loop final : public loop_ops, private io_handler {
   std::uint32_t _flush_head = list_end, _flush_tail = list_end;
   std::uint64_t _turn = 1;
   std::uint64_t _start_ns = 0, _woke_ns = 0;
+  std::uint64_t _defer_since_ns = 0;  // the flush has waited for inbox work since then
   std::uint32_t _accept_resume_tick = 0;
   bool _listening = false;  // a loop may run without a listener (tests, a bus connection's loop)
   bool _accept_paused = false;

@@ -28,12 +28,16 @@ class fake_conns final : public conn_ops {
   explicit fake_conns(pool::buffer_pool& b) : _b(b) {}
   bool send(conn_id c, pool::frame_ref f) noexcept override {
     if (closed.count(c)) return false;
-    auto bytes = f.bytes();
-    auto h = proto::parse_frame_header(bytes);
-    sent[c].emplace_back(reinterpret_cast<const char*>(bytes.data()) + h.header.size, bytes.size() - h.header.size);
+    auto bytes = f.bytes();  // one frame, or several back to back (a run joined by the fanout)
+    while (!bytes.empty()) {
+      auto h = proto::parse_frame_header(bytes);
+      std::size_t end = h.header.size + std::size_t(h.header.payload_len);
+      sent[c].emplace_back(reinterpret_cast<const char*>(bytes.data()) + h.header.size, end - h.header.size);
+      bytes = bytes.subspan(end);
+    }
     return true;
   }
-  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f) noexcept override {
+  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f, std::uint32_t) noexcept override {
     send_counts n;
     for (conn_id c : cs) (send(c, f) ? n.queued : n.closing) += 1;
     return n;
@@ -58,6 +62,7 @@ struct direct_port final : event_port {
   fanout* f = nullptr;
   bool offer(event&& e, bool) noexcept override {
     f->on_item(std::move(e));
+    f->on_pass_end();  // each event its own pass: delivered at once
     return true;
   }
   void wake() noexcept override {}
