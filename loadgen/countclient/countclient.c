@@ -1,0 +1,550 @@
+/* countclient: a minimal, neutral WebSocket fan-out counter.
+ *
+ *   countclient --port P --connections N --messages M --size S --procs K
+ *               [--server-pid PID] [--path /ws] [--timeout 120]
+ *
+ * K forked processes open N receiver connections to 127.0.0.1:P (source
+ * addresses 127.0.0.2..127.0.0.250, bound before connect), upgrade them, and
+ * report "up" through a pipe.  The parent then opens one publisher connection
+ * and writes M masked text frames of S bytes in a few big writes.  The server
+ * is expected to broadcast every text message to every client (publisher
+ * included).  Receivers only read, find frame boundaries and count text
+ * frames.  The parent reports the time from just before the first publish
+ * write to the last delivery (N*M frames at the receivers; the publisher's M
+ * echoes are read but not counted), and the server's CPU time over the same
+ * interval (/proc/PID/stat utime+stime, clock ticks, and the sum of
+ * /proc/PID/task/x/schedstat run time in ns).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT 24
+#endif
+
+static int g_port, g_conns, g_msgs, g_size = 64, g_procs = 1, g_server_pid, g_timeout = 120;
+static double g_linger = 0, g_gap = 0.5;
+static int g_bursts = 1;
+static const char *g_path = "/ws";
+static const char *KEY = "dGhlIHNhbXBsZSBub25jZQ==";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *msg) {
+  fprintf(stderr, "countclient: %s\n", msg);
+  exit(2);
+}
+
+/* Messages from a child to the parent. */
+enum { R_READY = 1, R_FAIL, R_DONE, R_PARTIAL };
+struct report {
+  int type;
+  int up;           /* connections up */
+  long long count;  /* text frames counted */
+  double last;      /* CLOCK_MONOTONIC of the last counted frame */
+  char msg[96];
+};
+
+/* ------------------------------------------------------------------ receiver */
+
+enum { S_CONNECTING, S_SENDING, S_RESPONSE, S_UP, S_DEAD };
+struct rconn {
+  int fd;
+  unsigned char state;
+  unsigned char hlen;     /* header bytes gathered */
+  unsigned char hneed;    /* header size once known */
+  unsigned char op;
+  unsigned short sent;    /* request bytes sent / response bytes matched */
+  uint64_t skip;          /* payload bytes left in the current frame */
+  unsigned char hdr[14];
+};
+
+static char g_req[512];
+static int g_reqlen;
+
+static int open_conn(int idx) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  struct sockaddr_in src = {.sin_family = AF_INET};
+  src.sin_addr.s_addr = htonl((127u << 24) | (uint32_t)(2 + idx % 249));
+  if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0) { close(fd); return -1; }
+  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(g_port)};
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0 && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Consume frame bytes; counts complete text frames. */
+static long long consume(struct rconn *c, const unsigned char *p, size_t n) {
+  long long frames = 0;
+  while (n > 0) {
+    if (c->skip > 0) {
+      size_t k = n < c->skip ? n : (size_t)c->skip;
+      p += k, n -= k, c->skip -= k;
+      if (c->skip == 0 && c->op == 1) frames++;
+      continue;
+    }
+    c->hdr[c->hlen++] = *p++, n--;
+    if (c->hlen == 2) {
+      unsigned l = c->hdr[1] & 0x7f;
+      c->hneed = 2 + (l == 126 ? 2 : l == 127 ? 8 : 0) + ((c->hdr[1] & 0x80) ? 4 : 0);
+    }
+    if (c->hlen >= 2 && c->hlen == c->hneed) {
+      unsigned l = c->hdr[1] & 0x7f;
+      uint64_t len = l;
+      if (l == 126) len = ((uint64_t)c->hdr[2] << 8) | c->hdr[3];
+      else if (l == 127) { len = 0; for (int i = 2; i < 10; i++) len = (len << 8) | c->hdr[i]; }
+      c->op = c->hdr[0] & 0x0f;
+      c->hlen = 0;
+      c->skip = len;
+      if (len == 0 && c->op == 1) frames++;
+    }
+  }
+  return frames;
+}
+
+static void child(int idx0, int n, int wfd, int rfd) {
+  struct report rep;
+  memset(&rep, 0, sizeof rep);
+  struct rconn *cs = calloc(n, sizeof *cs);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (!cs || ep < 0) die("out of memory / epoll");
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)-1};
+  epoll_ctl(ep, EPOLL_CTL_ADD, rfd, &ev); /* parent's command pipe: EOF = quit */
+
+  static unsigned char buf[1 << 16];
+  struct epoll_event evs[1024];
+  int opened = 0, up = 0, inflight = 0, dead = 0;
+  const int max_inflight = 512;
+  double deadline = now_s() + g_timeout;
+  const char *resp = "HTTP/1.1 101";
+
+  /* Phase 1: connect and upgrade, at most max_inflight at a time. */
+  while (up + dead < n) {
+    while (opened < n && inflight < max_inflight) {
+      int fd = open_conn(idx0 + opened);
+      struct rconn *c = &cs[opened];
+      if (fd < 0) {
+        snprintf(rep.msg, sizeof rep.msg, "socket/bind/connect #%d: %s", idx0 + opened, strerror(errno));
+        goto fail;
+      }
+      c->fd = fd;
+      c->state = S_CONNECTING;
+      ev.events = EPOLLOUT;
+      ev.data.u64 = opened;
+      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+      opened++, inflight++;
+    }
+    if (now_s() > deadline) {
+      snprintf(rep.msg, sizeof rep.msg, "timeout: %d of %d connections up after %d s", up, n, g_timeout);
+      goto fail;
+    }
+    int k = epoll_wait(ep, evs, 1024, 200);
+    for (int i = 0; i < k; i++) {
+      if (evs[i].data.u64 == (uint64_t)-1) { snprintf(rep.msg, sizeof rep.msg, "parent quit"); goto fail; }
+      struct rconn *c = &cs[evs[i].data.u64];
+      if (evs[i].events & (EPOLLERR | EPOLLHUP)) {
+        int e = 0; socklen_t el = sizeof e;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &e, &el);
+        snprintf(rep.msg, sizeof rep.msg, "connection #%d failed: %s", idx0 + (int)evs[i].data.u64,
+                 e ? strerror(e) : "hangup");
+        goto fail;
+      }
+      if (c->state == S_CONNECTING) c->state = S_SENDING;
+      if (c->state == S_SENDING) {
+        ssize_t w = send(c->fd, g_req + c->sent, g_reqlen - c->sent, MSG_NOSIGNAL);
+        if (w < 0 && errno != EAGAIN) { snprintf(rep.msg, sizeof rep.msg, "send: %s", strerror(errno)); goto fail; }
+        if (w > 0) c->sent += w;
+        if (c->sent == g_reqlen) {
+          c->state = S_RESPONSE;
+          c->sent = 0;
+          ev.events = EPOLLIN;
+          ev.data.u64 = evs[i].data.u64;
+          epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+        }
+        continue;
+      }
+      if (c->state == S_RESPONSE) {
+        /* read the response byte by byte up to the blank line, so no frame
+           byte that might follow is taken (responses are small: ~130 B) */
+        char b[256];
+        ssize_t r = recv(c->fd, b, sizeof b, MSG_PEEK);
+        if (r == 0) { snprintf(rep.msg, sizeof rep.msg, "server closed during upgrade"); goto fail; }
+        if (r < 0) continue;
+        int end = -1;
+        /* c->sent tracks how many of "\r\n\r\n" matched; c->hlen how many of "HTTP/1.1 101" */
+        for (int j = 0; j < r; j++) {
+          if (c->hlen < 12) {
+            if (b[j] != resp[c->hlen]) { snprintf(rep.msg, sizeof rep.msg, "upgrade refused: %.60s", b); goto fail; }
+            c->hlen++;
+          }
+          char want = (c->sent % 2 == 0) ? '\r' : '\n';
+          if (b[j] == want) c->sent++;
+          else c->sent = (b[j] == '\r') ? 1 : 0;
+          if (c->sent == 4) { end = j + 1; break; }
+        }
+        recv(c->fd, b, end > 0 ? end : r, 0);
+        if (end > 0) {
+          c->state = S_UP;
+          c->hlen = 0;
+          c->sent = 0;
+          up++, inflight--;
+        }
+      }
+    }
+  }
+  rep.type = R_READY;
+  rep.up = up;
+  if (write(wfd, &rep, sizeof rep) != sizeof rep) exit(3);
+
+  /* Phase 2: count.  Until the parent closes the command pipe. */
+  long long per_burst = (long long)n * g_msgs, want = per_burst, count = 0;
+  double last = 0;
+  int reported = 0; /* only used for the partial report on quit */
+  for (;;) {
+    int k = epoll_wait(ep, evs, 1024, 1000);
+    for (int i = 0; i < k; i++) {
+      if (evs[i].data.u64 == (uint64_t)-1) {
+        if (!reported && count < want) {
+          rep.type = R_PARTIAL, rep.count = count, rep.last = last;
+          if (write(wfd, &rep, sizeof rep) < 0) {}
+        }
+        _exit(0);
+      }
+      struct rconn *c = &cs[evs[i].data.u64];
+      if (c->state != S_UP) continue;
+      ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+      if (r > 0) {
+        long long f = consume(c, buf, r);
+        if (f) { count += f; last = now_s(); }
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        c->state = S_DEAD;
+        epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+      }
+    }
+    while (count >= want) { /* one report per burst, cumulative count */
+      rep.type = R_DONE, rep.count = want, rep.last = last;
+      if (write(wfd, &rep, sizeof rep) < 0) {}
+      want += per_burst;
+    }
+  }
+fail:
+  rep.type = R_FAIL;
+  rep.up = up;
+  if (write(wfd, &rep, sizeof rep) < 0) {}
+  _exit(1);
+}
+
+/* ------------------------------------------------------------------ parent */
+
+static int read_cpu(long *ticks, long long *ns) {
+  char p[64], b[1024];
+  *ticks = 0, *ns = 0;
+  if (!g_server_pid) return 0;
+  snprintf(p, sizeof p, "/proc/%d/stat", g_server_pid);
+  FILE *f = fopen(p, "r");
+  if (!f) return -1;
+  size_t r = fread(b, 1, sizeof b - 1, f);
+  fclose(f);
+  b[r] = 0;
+  char *s = strrchr(b, ')');
+  if (!s) return -1;
+  long ut = 0, st = 0;
+  /* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime(14) stime(15) */
+  if (sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2) return -1;
+  *ticks = ut + st;
+  snprintf(p, sizeof p, "/proc/%d/task", g_server_pid);
+  DIR *d = opendir(p);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_name[0] == '.') continue;
+      char q[320];
+      snprintf(q, sizeof q, "/proc/%d/task/%s/schedstat", g_server_pid, e->d_name);
+      FILE *g = fopen(q, "r");
+      if (!g) continue;
+      long long v = 0;
+      if (fscanf(g, "%lld", &v) == 1) *ns += v;
+      fclose(g);
+    }
+    closedir(d);
+  }
+  return 0;
+}
+
+static int connect_publisher(double deadline) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+  struct sockaddr_in src = {.sin_family = AF_INET};
+  src.sin_addr.s_addr = htonl((127u << 24) | 251u);
+  int one = 1;
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0) die("publisher bind");
+  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(g_port)};
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0) die("publisher connect failed");
+  if (write(fd, g_req, g_reqlen) != g_reqlen) die("publisher: request write failed");
+  /* read byte by byte up to the blank line */
+  char b[1024];
+  int n = 0;
+  while (n < (int)sizeof b - 1) {
+    if (now_s() > deadline) die("publisher: upgrade timed out");
+    ssize_t r = read(fd, b + n, 1);
+    if (r <= 0) die("publisher: upgrade failed (closed or timed out)");
+    n++;
+    if (n >= 4 && memcmp(b + n - 4, "\r\n\r\n", 4) == 0) break;
+  }
+  b[n] = 0;
+  if (strncmp(b, "HTTP/1.1 101", 12) != 0) {
+    fprintf(stderr, "countclient: publisher upgrade refused: %.80s\n", b);
+    exit(2);
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: countclient --port P --connections N --messages M --size S --procs K\n"
+          "                   [--server-pid PID] [--path /ws] [--timeout SECONDS] [--linger SECONDS]\n"
+          "                   [--bursts B] [--gap SECONDS]\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (i + 1 >= argc) usage();
+    const char *v = argv[++i];
+    if (!strcmp(a, "--port")) g_port = atoi(v);
+    else if (!strcmp(a, "--connections")) g_conns = atoi(v);
+    else if (!strcmp(a, "--messages")) g_msgs = atoi(v);
+    else if (!strcmp(a, "--size")) g_size = atoi(v);
+    else if (!strcmp(a, "--procs")) g_procs = atoi(v);
+    else if (!strcmp(a, "--server-pid")) g_server_pid = atoi(v);
+    else if (!strcmp(a, "--path")) g_path = v;
+    else if (!strcmp(a, "--timeout")) g_timeout = atoi(v);
+    else if (!strcmp(a, "--linger")) g_linger = atof(v);
+    else if (!strcmp(a, "--bursts")) g_bursts = atoi(v);
+    else if (!strcmp(a, "--gap")) g_gap = atof(v);
+    else usage();
+  }
+  if (g_port <= 0 || g_conns <= 0 || g_msgs <= 0 || g_bursts <= 0 || g_size < 0 || g_procs <= 0 || g_timeout <= 0) usage();
+
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) { rl.rlim_cur = rl.rlim_max; setrlimit(RLIMIT_NOFILE, &rl); }
+  int per = (g_conns + g_procs - 1) / g_procs;
+  if ((rlim_t)per + 64 > rl.rlim_cur) {
+    fprintf(stderr, "countclient: %d connections per process exceed the open-files limit %llu; use more --procs\n",
+            per, (unsigned long long)rl.rlim_cur);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  g_reqlen = snprintf(g_req, sizeof g_req,
+                      "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                      g_path, g_port, KEY);
+
+  int *res = calloc(g_procs, sizeof *res), *cmd = calloc(g_procs, sizeof *cmd);
+  pid_t *pids = calloc(g_procs, sizeof *pids);
+  for (int k = 0, idx = 0; k < g_procs; k++) {
+    int n = g_conns / g_procs + (k < g_conns % g_procs ? 1 : 0);
+    int p1[2], p2[2];
+    if (pipe2(p1, O_CLOEXEC) || pipe2(p2, O_CLOEXEC)) die("pipe");
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+      close(p1[0]), close(p2[1]);
+      for (int j = 0; j < k; j++) close(res[j]), close(cmd[j]);
+      child(idx, n, p1[1], p2[0]);
+      _exit(0);
+    }
+    close(p1[1]), close(p2[0]);
+    res[k] = p1[0], cmd[k] = p2[1], pids[k] = pid;
+    idx += n;
+  }
+
+  int rc = 0;
+  double t_setup = now_s();
+  double deadline = t_setup + g_timeout;
+  struct report rep;
+  /* wait until every child is up */
+  for (int k = 0; k < g_procs; k++) {
+    struct pollfd pf = {.fd = res[k], .events = POLLIN};
+    int ms = (int)((deadline - now_s()) * 1000);
+    if (ms < 0 || poll(&pf, 1, ms) <= 0) {
+      fprintf(stderr, "countclient: timeout: process %d not up after %d s\n", k, g_timeout);
+      rc = 1;
+      goto out;
+    }
+    if (read(res[k], &rep, sizeof rep) != sizeof rep || rep.type != R_READY) {
+      fprintf(stderr, "countclient: process %d failed: %s\n", k,
+              rep.type == R_FAIL ? rep.msg : "no report");
+      rc = 1;
+      goto out;
+    }
+  }
+  fprintf(stderr, "countclient: %d connections up in %.2f s\n", g_conns, now_s() - t_setup);
+
+  {
+    int pub = connect_publisher(deadline);
+    usleep(200 * 1000); /* let the server settle after the last upgrades */
+
+    /* M masked text frames, S bytes each, in one buffer */
+    int hl = 2 + (g_size >= 126 ? (g_size > 65535 ? 8 : 2) : 0) + 4;
+    size_t flen = (size_t)hl + g_size, total = flen * g_msgs;
+    unsigned char *out = malloc(total);
+    if (!out) die("out of memory");
+    const unsigned char mask[4] = {0x37, 0xfa, 0x21, 0x3d};
+    for (int m = 0; m < g_msgs; m++) {
+      unsigned char *f = out + m * flen;
+      f[0] = 0x81;
+      int h = 2;
+      if (g_size < 126) f[1] = 0x80 | g_size;
+      else if (g_size <= 65535) { f[1] = 0x80 | 126; f[2] = g_size >> 8; f[3] = g_size; h = 4; }
+      else { f[1] = 0x80 | 127; for (int i = 0; i < 8; i++) f[2 + i] = (uint64_t)g_size >> (56 - 8 * i); h = 10; }
+      memcpy(f + h, mask, 4);
+      for (int i = 0; i < g_size; i++) f[h + 4 + i] = ('a' + (m + i) % 26) ^ mask[i % 4];
+    }
+
+    struct rconn pc = {0};
+    static unsigned char buf[1 << 16];
+    long long echoes = 0, prev_total = 0;
+    int nfds = g_procs + 1;
+    struct pollfd *pf = calloc(nfds, sizeof *pf);
+    double sum_rate = 0, sum_us = 0, sum_us_ns = 0;
+    for (int b = 0; b < g_bursts && rc == 0; b++) {
+      if (b > 0) usleep((useconds_t)(g_gap * 1e6));
+      long ticks0, ticks1;
+      long long ns0, ns1;
+      read_cpu(&ticks0, &ns0);
+      double t0 = now_s();
+      size_t off = 0;
+      int writes = 0, done = 0;
+      long long total_now = 0;
+      double last = 0;
+      for (int k = 0; k < g_procs; k++) pf[k].fd = res[k], pf[k].events = POLLIN;
+      pf[g_procs].fd = pub;
+      double pdeadline = t0 + g_timeout;
+      while (done < g_procs) {
+        if (off < total) {
+          ssize_t w = send(pub, out + off, total - off, MSG_NOSIGNAL);
+          if (w > 0) off += w, writes++;
+          else if (w < 0 && errno != EAGAIN) { fprintf(stderr, "countclient: publish: %s\n", strerror(errno)); rc = 1; break; }
+        }
+        pf[g_procs].events = POLLIN | (off < total ? POLLOUT : 0);
+        int ms = (int)((pdeadline - now_s()) * 1000);
+        if (ms <= 0) break;
+        if (poll(pf, nfds, ms) <= 0) break;
+        if (pf[g_procs].revents & POLLIN) {
+          ssize_t r = recv(pub, buf, sizeof buf, 0);
+          if (r > 0) echoes += consume(&pc, buf, r);
+          else if (r == 0) { fprintf(stderr, "countclient: server closed the publisher\n"); pf[g_procs].fd = -1; }
+        }
+        for (int k = 0; k < g_procs; k++) {
+          if (!(pf[k].revents & POLLIN)) continue;
+          if (read(res[k], &rep, sizeof rep) != sizeof rep) {
+            fprintf(stderr, "countclient: process %d died\n", k);
+            rc = 1;
+            goto out;
+          }
+          total_now += rep.count;
+          if (rep.last > last) last = rep.last;
+          pf[k].fd = -1;
+          done++;
+        }
+      }
+      read_cpu(&ticks1, &ns1);
+      if (done < g_procs) {
+        /* timeout: collect partial counts */
+        for (int k = 0; k < g_procs; k++) if (pf[k].fd >= 0) close(cmd[k]), cmd[k] = -1;
+        for (int k = 0; k < g_procs; k++) {
+          if (pf[k].fd < 0) continue;
+          struct pollfd q = {.fd = res[k], .events = POLLIN};
+          if (poll(&q, 1, 2000) > 0 && read(res[k], &rep, sizeof rep) == sizeof rep) total_now += rep.count;
+        }
+        fprintf(stderr,
+                "countclient: burst %d: gave up after %d s: %lld of %lld deliveries counted, %zu of %zu publish bytes written\n",
+                b + 1, g_timeout, total_now - prev_total, (long long)g_conns * g_msgs, off, total);
+        rc = 1;
+        goto out;
+      }
+      long long delivered = total_now - prev_total;
+      prev_total = total_now;
+      /* drain the publisher's echoes (not counted in deliveries) */
+      while (echoes < (long long)g_msgs * (b + 1)) {
+        struct pollfd q = {.fd = pub, .events = POLLIN};
+        if (poll(&q, 1, 1000) <= 0) break;
+        ssize_t r = recv(pub, buf, sizeof buf, 0);
+        if (r <= 0) break;
+        echoes += consume(&pc, buf, r);
+      }
+      double secs = last - t0;
+      double cpu = (ticks1 - ticks0) / (double)sysconf(_SC_CLK_TCK);
+      double cpu_ns = (ns1 - ns0) * 1e-9;
+      if (g_bursts > 1) printf("burst %d of %d\n", b + 1, g_bursts);
+      printf("deliveries: %lld (%d connections x %d messages of %d B; publisher echoes %lld/%lld not counted; %d publish writes)\n",
+             delivered, g_conns, g_msgs, g_size, echoes, (long long)g_msgs * (b + 1), writes);
+      printf("seconds: %.6f\n", secs);
+      printf("deliveries/s: %.0f\n", delivered / secs);
+      sum_rate += delivered / secs;
+      if (g_server_pid) {
+        printf("server CPU seconds: %.2f (utime+stime ticks), %.6f (schedstat)\n", cpu, cpu_ns);
+        printf("us server CPU per delivery: %.4f (ticks), %.4f (schedstat)\n", cpu * 1e6 / delivered,
+               cpu_ns * 1e6 / delivered);
+        sum_us += cpu * 1e6 / delivered, sum_us_ns += cpu_ns * 1e6 / delivered;
+      }
+      fflush(stdout);
+    }
+    if (g_bursts > 1 && rc == 0) {
+      printf("mean of %d bursts: deliveries/s %.0f", g_bursts, sum_rate / g_bursts);
+      if (g_server_pid)
+        printf(", us server CPU per delivery %.4f (ticks), %.4f (schedstat)", sum_us / g_bursts, sum_us_ns / g_bursts);
+      printf("\n");
+      fflush(stdout);
+    }
+    if (g_linger > 0) usleep((useconds_t)(g_linger * 1e6)); /* keep every connection open a while */
+    close(pub);
+  }
+out:
+  for (int k = 0; k < g_procs; k++) if (cmd[k] >= 0) close(cmd[k]);
+  for (int k = 0; k < g_procs; k++) {
+    /* children exit on EOF of the command pipe; bounded wait, then SIGKILL */
+    int st;
+    double until = now_s() + 10;
+    while (waitpid(pids[k], &st, WNOHANG) == 0) {
+      if (now_s() > until) { kill(pids[k], SIGKILL); waitpid(pids[k], &st, 0); break; }
+      usleep(10000);
+    }
+  }
+  return rc;
+}
