@@ -31,9 +31,9 @@ import time
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (OP_CLOSE, OP_PING, OP_TEXT, RawWebSocket, ServerProcess, TestFailure,  # noqa: E402
+from wsp_testlib import (Findings, OP_CLOSE, OP_PING, OP_TEXT, RawWebSocket, ServerProcess, TestFailure,  # noqa: E402
                          accept_key, admin_port, arg_parser, check, decode_frame, encode_frame, http_request,
-                         parse_close, parse_http_head, run_main, run_step, scaled, scrape_metrics,
+                         parse_close, parse_http_head, recv_some, run_main, scaled, scrape_metrics,
                          upgrade_request)
 
 MiB = 1 << 20
@@ -94,15 +94,6 @@ def small_window_socket(rcvbuf: int = 4096, mss: int = 536) -> socket.socket:
     return s
 
 
-def _recv_some(s: socket.socket, buf: bytearray, deadline: float, what: str) -> None:
-    left = deadline - time.monotonic()
-    ready, _, _ = select.select([s], [], [], max(0.0, left))
-    if not ready:
-        raise TestFailure(f"timed out waiting for {what}; got {bytes(buf[:200])!r}")
-    chunk = s.recv(65536)
-    if not chunk:
-        raise TestFailure(f"server closed while we waited for {what}; got {bytes(buf[:200])!r}")
-    buf += chunk
 
 
 class NonReader:
@@ -118,7 +109,7 @@ class NonReader:
         buf = bytearray()
         deadline = time.monotonic() + scaled(10)
         while b"\r\n\r\n" not in buf:
-            _recv_some(self.sock, buf, deadline, "the upgrade answer")
+            recv_some(self.sock, buf, deadline, "the upgrade answer")
         end = buf.index(b"\r\n\r\n") + 4
         status, _, headers = parse_http_head(bytes(buf[:end]))
         check(status == 101, f"non-reader's upgrade answered {status}")
@@ -128,7 +119,7 @@ class NonReader:
         while True:
             frame, used = decode_frame(buf)
             if frame is None:
-                _recv_some(self.sock, buf, deadline, "the non-reader's subbed")
+                recv_some(self.sock, buf, deadline, "the non-reader's subbed")
                 continue
             del buf[:used]
             check(frame.opcode == OP_TEXT, f"non-reader got {frame.describe()} before subbed")
@@ -319,7 +310,7 @@ def ping_flood(server: ServerProcess, pending_bound: int, limit_bytes: int, limi
     buf = bytearray()
     deadline = time.monotonic() + scaled(10)
     while b"\r\n\r\n" not in buf:
-        _recv_some(sock, buf, deadline, "the upgrade answer")
+        recv_some(sock, buf, deadline, "the upgrade answer")
     check(parse_http_head(bytes(buf))[0] == 101, "flooder's upgrade refused")
     # 512 masked pings with 125-byte payloads (each with its own key), sent over and over.
     chunk = b"".join(encode_frame(OP_PING, os.urandom(125)) for _ in range(512))
@@ -430,15 +421,8 @@ def trickle(port: int, frame: bytes, message_timeout: float, what: str, whole: i
 
 def run(args) -> None:
     quiet = not args.verbose
-    failures = []
-
-    def step(name, fn, *a):
-        # Every finding is checked and reported, not only the first one that fails.
-        try:
-            run_step(name, fn, *a)
-        except TestFailure as exc:
-            print(f"not ok - {exc}", flush=True)
-            failures.append(str(exc))
+    findings = Findings()  # every finding is checked and reported, not only the first that fails
+    step = findings.step
 
     def start(*extra):
         return ServerProcess(args.server, io=args.io, mode="pubsub", extra=list(extra), quiet=quiet).start()
@@ -474,7 +458,7 @@ def run(args) -> None:
         step("text frame payload trickled after a whole header closed by --message-timeout", trickle,
              server.port, sock_first, 2.0, "a text frame payload", 6)
         check(server.alive(), "server exited\n" + server.log_tail())
-    check(not failures, f"{len(failures)} check(s) failed:\n  " + "\n  ".join(failures))
+    findings.done()
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (OP_TEXT, ServerProcess, TestFailure, accept_key, admin_port, arg_parser,  # noqa: E402
-                         check, decode_frame, encode_frame, http_request, parse_http_head, run_main, run_step,
+from wsp_testlib import (Findings, OP_TEXT, ServerProcess, TestFailure, accept_key, admin_port, arg_parser,  # noqa: E402
+                         check, decode_frame, encode_frame, http_request, parse_http_head, recv_some, run_main,
                          scaled, scrape_metrics, upgrade_request)
 
 MiB = 1 << 20
@@ -43,14 +43,6 @@ SLOW_CLOSES = "wspush_slow_consumer_closes_total"
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-def _recv_some(s: socket.socket, buf: bytearray, deadline: float, what: str) -> None:
-    ready, _, _ = select.select([s], [], [], max(0.0, deadline - time.monotonic()))
-    if not ready:
-        raise TestFailure(f"timed out waiting for {what}; got {bytes(buf[:200])!r}")
-    chunk = s.recv(65536)
-    if not chunk:
-        raise TestFailure(f"server closed while we waited for {what}; got {bytes(buf[:200])!r}")
-    buf += chunk
 
 
 def subscribed_socket(port: int, topic: str, small_window: bool) -> socket.socket:
@@ -70,7 +62,7 @@ def subscribed_socket(port: int, topic: str, small_window: bool) -> socket.socke
     buf = bytearray()
     deadline = time.monotonic() + scaled(10)
     while b"\r\n\r\n" not in buf:
-        _recv_some(s, buf, deadline, "the upgrade answer")
+        recv_some(s, buf, deadline, "the upgrade answer")
     end = buf.index(b"\r\n\r\n") + 4
     status, _, headers = parse_http_head(bytes(buf[:end]))
     if status != 101:
@@ -82,7 +74,7 @@ def subscribed_socket(port: int, topic: str, small_window: bool) -> socket.socke
     while True:
         frame, used = decode_frame(buf)
         if frame is None:
-            _recv_some(s, buf, deadline, "subbed")
+            recv_some(s, buf, deadline, "subbed")
             continue
         del buf[:used]
         reply = json.loads(frame.payload) if frame.opcode == OP_TEXT else {}
@@ -366,15 +358,8 @@ def release_rounds(server: ServerProcess, rounds: int = 3, per_round: int = 10) 
 
 def run(args) -> None:
     quiet = not args.verbose
-    failures = []
-
-    def step(name, fn, *a):
-        # Every finding is checked and reported, not only the first one that fails.
-        try:
-            run_step(name, fn, *a)
-        except TestFailure as exc:
-            print(f"not ok - {exc}", flush=True)
-            failures.append(str(exc))
+    findings = Findings()  # every finding is checked and reported, not only the first that fails
+    step = findings.step
 
     def start(*extra):
         return ServerProcess(args.server, io=args.io, mode="pubsub", quiet=quiet,
@@ -386,7 +371,7 @@ def run(args) -> None:
     with start("--max-connections", "10", "--max-pending-bytes", str(MiB), "--close-timeout", "1") as server:
         step("slow consumers closed while they keep their sockets: server side released, SIGTERM exits",
              release_rounds, server)
-    check(not failures, f"{len(failures)} check(s) failed:\n  " + "\n  ".join(failures))
+    findings.done()
 
 
 if __name__ == "__main__":

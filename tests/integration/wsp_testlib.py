@@ -18,6 +18,7 @@ import ctypes
 import http.client
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -291,6 +292,36 @@ def run_step(name: str, fn, *args, **kwargs):
         raise TestFailure(f"[{name}] {exc}") from None
     print(f"ok - {name} ({time.monotonic() - started:.1f}s)", flush=True)
     return result
+
+
+class Findings:
+    """Runs named steps that check independent findings and records every failure instead of
+    stopping at the first; done() then fails once, naming them all."""
+
+    def __init__(self) -> None:
+        self.failures: "list[str]" = []
+
+    def step(self, name: str, fn, *args) -> None:
+        try:
+            run_step(name, fn, *args)
+        except TestFailure as exc:
+            print(f"not ok - {exc}", flush=True)
+            self.failures.append(str(exc))
+
+    def done(self) -> None:
+        check(not self.failures, f"{len(self.failures)} check(s) failed:\n  " + "\n  ".join(self.failures))
+
+
+def recv_some(s, buf: bytearray, deadline: float, what: str) -> None:
+    """Appends what a raw socket has to `buf`, waiting until `deadline` (monotonic) at most;
+    fails naming `what` on the deadline or when the server closes first."""
+    ready, _, _ = select.select([s], [], [], max(0.0, deadline - time.monotonic()))
+    if not ready:
+        raise TestFailure(f"timed out waiting for {what}; got {bytes(buf[:200])!r}")
+    chunk = s.recv(65536)
+    if not chunk:
+        raise TestFailure(f"server closed while we waited for {what}; got {bytes(buf[:200])!r}")
+    buf += chunk
 
 
 # --------------------------------------------------------------------------------------------------
