@@ -131,8 +131,8 @@ struct claims_store {
 
 constexpr jwt_result bad_claims_json = fail(jwt_error::bad_claims, "token claims are not a JSON object");
 
-jwt_result read_exp(sj::value v, std::int64_t& out) noexcept {
-  constexpr jwt_result bad = fail(jwt_error::bad_claims, "token exp is not a number of seconds");
+/// A NumericDate claim (`exp`, `nbf`): seconds, a fraction rounded down.
+jwt_result read_seconds(sj::value v, std::int64_t& out, jwt_result bad) noexcept {
   sj::number n;
   if (v.get_number().get(n)) return bad;
   switch (n.get_number_type()) {
@@ -164,7 +164,7 @@ jwt_result read_patterns(sj::value v, claims_store& store, grants_view& out) noe
   return {};
 }
 
-enum claim_bit : unsigned { c_exp = 1, c_sub = 2, c_topics = 4, c_pub = 8 };
+enum claim_bit : unsigned { c_exp = 1, c_sub = 2, c_topics = 4, c_pub = 8, c_nbf = 16 };
 
 jwt_result read_claim(std::string_view key, sj::value v, claims_store& store, jwt_claims& out,
                       unsigned& seen) noexcept {
@@ -172,12 +172,14 @@ jwt_result read_claim(std::string_view key, sj::value v, claims_store& store, jw
                        : key == "sub"    ? unsigned{c_sub}
                        : key == "topics" ? unsigned{c_topics}
                        : key == "pub"    ? unsigned{c_pub}
+                       : key == "nbf"    ? unsigned{c_nbf}
                                          : 0u;
-  if (bit == 0) return {};  // iat, iss, nbf...: skipped (the token is signed: its JSON is the minter's)
+  if (bit == 0) return {};  // iat, iss...: skipped (the token is signed: its JSON is the minter's)
   if (seen & bit) return fail(jwt_error::bad_claims, "token repeats a claim");
   seen |= bit;
   switch (bit) {
-    case c_exp: return read_exp(v, out.exp);
+    case c_exp: return read_seconds(v, out.exp, fail(jwt_error::bad_claims, "token exp is not a number of seconds"));
+    case c_nbf: return read_seconds(v, out.nbf, fail(jwt_error::bad_claims, "token nbf is not a number of seconds"));
     case c_topics: return read_patterns(v, store, out.topics);
     case c_pub: return read_patterns(v, store, out.pub);
     default: break;
@@ -291,6 +293,8 @@ jwt_result jwt_verifier::verify(std::string_view token, std::int64_t now, std::s
   if (const jwt_result r = read_claims({payload, std::size_t(pn)}, sizeof payload, storage, out); !r.ok())
     return r;
   if (now >= out.exp) return fail(jwt_error::expired, "token expired");
+  if (now + jwt_nbf_leeway_seconds < out.nbf)
+    return fail(jwt_error::not_yet_valid, "token not valid yet (nbf)");
   return {jwt_error::ok, {}};
 }
 

@@ -33,7 +33,12 @@ enum class jwt_error : std::uint8_t {
   bad_signature,    // the HMAC does not match (or the signature is not 32 bytes)
   bad_claims,       // payload not a JSON object, `exp` missing, a claim of the wrong type, a bad pattern
   expired,          // now >= exp
+  not_yet_valid,    // now + jwt_nbf_leeway_seconds < nbf
 };
+
+/// Clock skew allowed for `nbf` (RFC 7519 §4.1.5 "some small leeway"): a token minted by a
+/// backend whose clock runs up to this far ahead of ours is accepted at once.
+inline constexpr std::int64_t jwt_nbf_leeway_seconds = 30;
 
 /// Outcome of a verification: `message` is a short static text for logs.
 struct jwt_result {
@@ -100,6 +105,7 @@ std::size_t encode_grants(std::span<const std::string_view> patterns, std::span<
 struct jwt_claims {
   std::string_view sub;    // empty when the token has none
   std::int64_t exp = 0;    // unix seconds; a fractional exp is rounded down
+  std::int64_t nbf = 0;    // unix seconds, 0 without the claim
   grants_view topics;      // may subscribe to
   grants_view pub;         // may publish to
 };
@@ -119,8 +125,9 @@ class jwt_verifier {
   explicit jwt_verifier(std::string_view secret) noexcept;
 
   /// Checks, in order: shape and size (malformed), header (malformed / unsupported_alg),
-  /// signature (bad_signature), then claims (bad_claims) and expiry against `now` (expired:
-  /// now >= exp, RFC 7519 §4.1.4). Claims are read only from a token whose signature matched.
+  /// signature (bad_signature), then claims (bad_claims), expiry against `now` (expired:
+  /// now >= exp, RFC 7519 §4.1.4) and not-before (not_yet_valid: now + jwt_nbf_leeway_seconds
+  /// < nbf, §4.1.5). Claims are read only from a token whose signature matched.
   /// On success `out` is filled with views into `storage`, which needs at most
   /// jwt_claims_storage_bytes (smaller storage that turns out too small → bad_claims). On
   /// failure `out` is left in an unspecified state.
@@ -153,6 +160,7 @@ constexpr std::string_view jwt_error_name(jwt_error e) noexcept {
     case jwt_error::bad_signature: return "bad_signature";
     case jwt_error::bad_claims: return "bad_claims";
     case jwt_error::expired: return "expired";
+    case jwt_error::not_yet_valid: return "not_yet_valid";
   }
   return "unknown";
 }

@@ -202,6 +202,25 @@ TEST_CASE("jwt: expiry against the caller's clock, fractional exp rounded down",
   CHECK(verify(mint(R"({"exp":9223372036854775807})"))->result.ok());
 }
 
+TEST_CASE("jwt: nbf in the future is refused, with a small leeway for clock skew", "[jwt]") {
+  // The tests' clock is 1700000000 (error_of / verify).
+  const auto ahead = [](std::int64_t s) {
+    return mint(R"({"exp":2000000000,"nbf":)" + std::to_string(1700000000 + s) + "}");
+  };
+  CHECK(error_of(ahead(500)) == jwt_error::not_yet_valid);
+  CHECK(error_of(ahead(jwt_nbf_leeway_seconds + 1)) == jwt_error::not_yet_valid);
+  CHECK(error_of(ahead(jwt_nbf_leeway_seconds)) == jwt_error::ok);  // within the leeway
+  CHECK(error_of(ahead(0)) == jwt_error::ok);
+  CHECK(error_of(ahead(-3600)) == jwt_error::ok);
+  const auto frac = verify(mint(R"({"exp":2000000000,"nbf":1700000600.5})"));
+  CHECK(frac->result.error == jwt_error::not_yet_valid);
+  CHECK(frac->claims.nbf == 1700000600);
+  CHECK(error_of(mint(R"({"exp":2000000000,"nbf":"soon"})")) == jwt_error::bad_claims);
+  CHECK(error_of(mint(R"({"exp":2000000000,"nbf":1,"nbf":1})")) == jwt_error::bad_claims);
+  // exp is checked first: an expired token that is also not yet valid says expired.
+  CHECK(error_of(mint(R"({"exp":1,"nbf":1800000000})")) == jwt_error::expired);
+}
+
 TEST_CASE("jwt: only HS256 is accepted", "[jwt]") {
   const std::string claims = R"({"exp":2000000000})";
   // alg none: the classic forgery, with and without a signature
