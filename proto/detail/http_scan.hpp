@@ -87,22 +87,33 @@ inline std::uint32_t base64_chars_mask16(const char* p) noexcept {
 #endif
 }
 
-/// LF and colon positions in the 64-byte block at p[base], of which only bytes before `limit`
-/// count (a short last block is copied and padded, never read past `limit`).
+/// LF, colon and control-byte positions in the 64-byte block at p[base], of which only bytes
+/// before `limit` count (a short last block is copied and padded, never read past `limit`).
+/// `ctl` marks the bytes a request head may hold only as line ends: below 0x20 but HTAB, and
+/// DEL (CR and LF included).
 struct line_masks {
   std::uint64_t lf;
   std::uint64_t colon;
+  std::uint64_t ctl;
 };
 
-/// Adds the LF and colon bits of the 16 bytes at block[at] to `m`: one load, two compares.
+/// Adds the bits of the 16 bytes at block[at] to `m`: one load, a few compares.
 inline void add_line_chunk(line_masks& m, const char* block, int at) noexcept {
 #if defined(__SSE2__)
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + at));
   m.lf |= std::uint64_t(std::uint16_t(_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('\n'))))) << at;
   m.colon |= std::uint64_t(std::uint16_t(_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(':'))))) << at;
+  const __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x1F)), x);  // unsigned x <= 0x1F
+  const __m128i del = _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7F));
+  const __m128i tab = _mm_cmpeq_epi8(x, _mm_set1_epi8('\t'));
+  m.ctl |= std::uint64_t(std::uint16_t(_mm_movemask_epi8(_mm_andnot_si128(tab, _mm_or_si128(low, del))))) << at;
 #else
   m.lf |= std::uint64_t{byte_mask16(block + at, '\n')} << at;
   m.colon |= std::uint64_t{byte_mask16(block + at, ':')} << at;
+  for (int i = 0; i < 16; ++i) {
+    const auto c = static_cast<unsigned char>(block[at + i]);
+    if ((c < 0x20 && c != '\t') || c == 0x7F) m.ctl |= std::uint64_t{1} << (at + i);
+  }
 #endif
 }
 
@@ -114,7 +125,7 @@ inline line_masks classify_lines(const char* p, std::size_t base, std::size_t li
     std::memcpy(tail, block, limit - base);
     block = tail;
   }
-  line_masks m{0, 0};
+  line_masks m{0, 0, 0};
   add_line_chunk(m, block, 0);  // written out four times: GCC keeps a loop here otherwise
   add_line_chunk(m, block, 16);
   add_line_chunk(m, block, 32);
