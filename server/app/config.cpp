@@ -76,6 +76,13 @@ const std::vector<option>& options() {
   static const std::vector<option> opts = {
       {"listen", "ADDR:PORT", "public WebSocket listener (port 0: any free port)",
        [](const config& c) { return c.listen; }, [](config& c, std::string_view v) { c.listen = v; }},
+      {"ws-path", "PATH", "the path WebSocket clients connect to (ws://host/PATH); any other path gets 404",
+       [](const config& c) { return c.conn.ws_path; },
+       [](config& c, std::string_view v) {
+         if (v.empty() || v.front() != '/' || v.find_first_of("?# \t") != std::string_view::npos)
+           bad("ws-path", v, "a path starting with / (no query)");
+         c.conn.ws_path = v;
+       }},
       {"admin-listen", "ADDR:PORT", "admin listener: /publish, /publish/batch, /metrics, /healthz, /readyz",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
       {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",

@@ -4,6 +4,7 @@
 // floor below app/ needs to know the whole configuration.
 
 #include <cstdint>
+#include <string>
 
 namespace wspush::server {
 
@@ -14,6 +15,7 @@ struct loop_options {
 
 /// The connection layer (conn/): limits and deadlines of one connection.
 struct conn_options {
+  std::string ws_path = "/ws";            ///< the one path that upgrades; any other gets 404
   std::uint32_t max_connections = 0;      ///< per process; 0: bounded only by open files
   std::uint32_t max_request_bytes = 8192;  ///< an upgrade request past it: 431
   std::uint32_t max_frame_bytes = 16u << 20;

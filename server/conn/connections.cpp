@@ -180,7 +180,7 @@ void connections::on_flush(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   c.flags &= ~flag_listed;
   if (c.state == conn_state::free || c.state == conn_state::dead) return;
-  if (c.flags & flag_rearm_read) {
+  if ((c.flags & flag_rearm_read) && c.state != conn_state::upgrade_pending) {
     c.flags &= ~flag_rearm_read;
     _transport.resume_reading(c.fd, token_of(slot));
   }
@@ -284,6 +284,12 @@ void connections::stop_reading(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   c.flags |= flag_read_broken;
   c.drop_rx();
+}
+
+void connections::pause_reading(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  c.flags |= flag_rearm_read;
+  _transport.pause_reading(c.fd, token_of(slot));
 }
 
 void connections::opened(std::uint32_t slot) noexcept { _table.at(slot).flags |= flag_app_open; }

@@ -110,6 +110,9 @@ class connections final : public loop_handler,
   void close_now(std::uint32_t slot) noexcept;
   /// Input has ended for good (after our close, a protocol error, or an HTTP error answer).
   void stop_reading(std::uint32_t slot) noexcept;
+  /// No reading until the connection is open (its upgrade is with a worker): what the client
+  /// sends meanwhile waits in the kernel. The first flush once it is open reads again.
+  void pause_reading(std::uint32_t slot) noexcept;
   /// The application took the connection (after a successful on_open).
   void opened(std::uint32_t slot) noexcept;
   bool draining() const noexcept { return _draining; }

@@ -31,9 +31,11 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
     case proto::upgrade_outcome::need_more: return;
     case proto::upgrade_outcome::error: return answer(slot, r.status, r.reason);
     case proto::upgrade_outcome::plain_http:
+      if (req.path != _c.options().ws_path) return answer(slot, 404, "not found\n");
       return answer(slot, 426, "This is a WebSocket endpoint: connect with Upgrade: websocket\n",
                     "Upgrade: websocket\r\n");
     case proto::upgrade_outcome::websocket: {
+      if (req.path != _c.options().ws_path) return answer(slot, 404, "not found: WebSocket clients connect to the server's --ws-path\n");
       auto offset = [&](std::string_view part) {
         return part.empty() ? 0u : std::uint32_t(part.data() - reinterpret_cast<const char*>(job.tail()));
       };
@@ -50,6 +52,7 @@ void http_phase::dispatch(std::uint32_t slot) noexcept {
   upgrade_job_ref job = std::move(c.rx.job);
   job->token = _c.token_of(slot);
   _c.set_state(slot, conn_state::upgrade_pending);
+  _c.pause_reading(slot);  // frames behind the request wait in the kernel, not in our memory
   if (!_runner->run(std::move(job))) {
     _held_back = true;
     _c.loop().pause_accepting(1);  // saturated: keep new connections in the kernel's backlog
@@ -66,7 +69,8 @@ void http_phase::on_early_bytes(std::uint32_t slot, std::span<const std::uint8_t
   pool::lease& early = _c.at(slot).rx.early;
   std::size_t have = early.size();
   if (have + bytes.size() > max_early_bytes) {
-    // More than a client may send before it has seen our 101: not a WebSocket client.
+    // Reading stopped when the request went to the worker; this many bytes cannot have been
+    // on their way then. Answered, never dropped silently.
     return answer(slot, 400, "too many bytes before the upgrade completed\n");
   }
   if (!early) early = _c.buffers().acquire(std::max<std::size_t>(bytes.size(), 1024));

@@ -31,7 +31,10 @@ class http_phase {
   void on_upgraded(upgrade_job_ref&& job) noexcept;
   /// Once per loop iteration: jobs no worker had room for get another try.
   void retry() noexcept;
-  static constexpr std::uint32_t max_early_bytes = 64 * 1024;  ///< frames sent before our 101 arrives
+  /// Bytes kept from a client whose request is with a worker. Reading stops when the request
+  /// goes to the worker; what still arrives was already on its way (with io_uring, completions
+  /// of the receive buffer ring queued before the stop took effect: 4 MiB at most).
+  static constexpr std::uint32_t max_early_bytes = 4u << 20;
   /// Answers with an HTTP status and closes (after the answer is out and the peer is done).
   void answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
               std::string_view extra_headers = {}) noexcept;

@@ -35,7 +35,9 @@ class transport {
   /// Socket bytes arrived for `t`: hand their plaintext to `up` (any number of calls, maybe
   /// none, e.g. while a handshake is under way).
   virtual void on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept = 0;
-  /// Reading had paused (io_uring receive buffers ran out): read again.
+  /// Stops reading until resume_reading (the kernel keeps what arrives meanwhile).
+  virtual void pause_reading(int fd, conn_token t) noexcept = 0;
+  /// Reading had paused (pause_reading, or io_uring receive buffers ran out): read again.
   virtual void resume_reading(int fd, conn_token t) noexcept = 0;
 
   /// Offers plaintext to the socket (the iovecs are valid only during the call). Completed:

@@ -15,6 +15,7 @@ class tcp_transport final : public transport {
   void on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept override {
     up.on_plaintext(t, bytes);
   }
+  void pause_reading(int fd, conn_token t) noexcept override { _io.stop_reading(fd, t); }
   void resume_reading(int fd, conn_token t) noexcept override { _io.start_reading(fd, t); }
   send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept override {
     return _io.send(fd, t, iov, iovcnt);

@@ -67,6 +67,10 @@ class epoll_backend final : public io_backend {
     return ctl(EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, (tag_conn << tag_shift) | unsigned(fd));
   }
 
+  void stop_reading(int fd, conn_token t) noexcept override {
+    if (owns(fd, t)) ctl(EPOLL_CTL_DEL, fd, 0, 0);  // start_reading adds it again
+  }
+
   send_result send(int fd, conn_token, const iovec* iov, int iovcnt) noexcept override {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);

@@ -40,6 +40,7 @@ class uring_backend final : public io_backend {
   void pause_accept(int listener) noexcept override;
   void resume_accept(int listener) noexcept override;
   bool start_reading(int fd, conn_token t) noexcept override;
+  void stop_reading(int fd, conn_token t) noexcept override;
   send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept override;
   void wait_writable(int, conn_token) noexcept override {}  // sends complete asynchronously
   void close(int fd, conn_token t) noexcept override;
@@ -230,6 +231,12 @@ bool uring_backend::start_reading(int fd, conn_token t) noexcept {
   sqe->buf_group = buffer_group;
   io_uring_sqe_set_data64(sqe, pack(tag_recv, t));
   return true;
+}
+
+void uring_backend::stop_reading(int, conn_token t) noexcept {
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_cancel64(sqe, pack(tag_recv, t), 0);
+  io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
 }
 
 send_result uring_backend::send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept {

@@ -64,6 +64,10 @@ class io_backend {
   virtual void resume_accept(int listener) noexcept = 0;
 
   virtual bool start_reading(int fd, conn_token t) noexcept = 0;
+  /// Stops reading fd until start_reading is called again: the kernel keeps what arrives (and
+  /// the peer's window closes). Bytes already on their way (io_uring completions queued before
+  /// the stop takes effect) may still be delivered.
+  virtual void stop_reading(int fd, conn_token t) noexcept = 0;
   virtual send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept = 0;
   /// Ask for on_writable once the socket has room (after a short synchronous send).
   virtual void wait_writable(int fd, conn_token t) noexcept = 0;

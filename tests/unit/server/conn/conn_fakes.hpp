@@ -80,7 +80,7 @@ class fake_transport final : public transport {
     mode how = mode::take_all;
     std::size_t in_flight = 0;    // async: bytes offered by the pending send
     std::string pending;          // async: those bytes
-    bool wants_writable = false, shut = false, closed = false, aborted = false;
+    bool wants_writable = false, shut = false, closed = false, aborted = false, reading = true;
   };
 
   const char* name() const noexcept override { return "fake"; }
@@ -94,7 +94,8 @@ class fake_transport final : public transport {
   void on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept override {
     up.on_plaintext(t, bytes);
   }
-  void resume_reading(int, conn_token) noexcept override {}
+  void pause_reading(int fd, conn_token) noexcept override { sockets[fd].reading = false; }
+  void resume_reading(int fd, conn_token) noexcept override { sockets[fd].reading = true; }
   send_result send(int fd, conn_token, const iovec* iov, int n) noexcept override {
     socket& s = sockets[fd];
     ++sends;
