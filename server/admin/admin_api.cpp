@@ -282,22 +282,40 @@ void admin_api::respond_error(std::uint16_t status, std::string_view reason, std
   _s->reply(out, status, k_json, error_body(code, reason), true);
 }
 
+admin_api::head_verdict admin_api::screen(const proto::http_request& req, std::string& out) {
+  state& s = *_s;
+  const route r = find_route(req.path);
+  const bool is_publish = r == route::publish || r == route::publish_batch;
+  const bool keyed = !s.opt.api_key.empty() && same_key(bearer_token(req.header("authorization")), s.opt.api_key);
+  // An answer that leaves a body unread must close the connection: the body is never read.
+  bool close = !req.keep_alive || req.content_length > 0;
+  if (r == route::none) {
+    s.reply(out, 404, k_json, error_body("not_found"), close);
+  } else if (req.method != (is_publish ? "POST" : "GET")) {
+    s.reply(out, 405, k_json, error_body("method_not_allowed"), close, is_publish ? "Allow: POST\r\n" : "Allow: GET\r\n");
+  } else if (is_publish && !s.opt.api_key.empty() && !keyed) {
+    // Always closed: a client without the key gets one answer per connection, not a slot to retry in.
+    close = true;
+    s.reply(out, 401, k_json, error_body("unauthorized"), close, "WWW-Authenticate: Bearer realm=\"wspush\"\r\n");
+  } else if (is_publish && !req.has_content_length) {
+    s.reply(out, 411, k_json, error_body("length_required"), close);
+  } else if (!is_publish && req.content_length > 0) {
+    s.reply(out, 400, k_json, error_body("bad_request", "no body expected"), close);
+  } else {
+    return keyed ? head_verdict::read_body_keyed : head_verdict::read_body;
+  }
+  return close ? head_verdict::answered_close : head_verdict::answered;
+}
+
 bool admin_api::respond(const proto::http_request& req, std::size_t body_readable, std::string& out) {
   state& s = *_s;
   const bool close = !req.keep_alive;
+  switch (screen(req, out)) {
+    case head_verdict::answered: return close;
+    case head_verdict::answered_close: return true;
+    default: break;
+  }
   const route r = find_route(req.path);
-  if (r == route::none) return s.reply(out, 404, k_json, error_body("not_found"), close), close;
-  const bool is_publish = r == route::publish || r == route::publish_batch;
-  if (req.method != (is_publish ? "POST" : "GET")) {
-    s.reply(out, 405, k_json, error_body("method_not_allowed"), close, is_publish ? "Allow: POST\r\n" : "Allow: GET\r\n");
-    return close;
-  }
-  if (is_publish && !s.opt.api_key.empty() && !same_key(bearer_token(req.header("authorization")), s.opt.api_key)) {
-    s.reply(out, 401, k_json, error_body("unauthorized"), close, "WWW-Authenticate: Bearer realm=\"wspush\"\r\n");
-    return close;
-  }
-  if (is_publish && !req.has_content_length)
-    return s.reply(out, 411, k_json, error_body("length_required"), close), close;
   switch (r) {
     case route::publish: s.publish(req, body_readable, out, close); break;
     case route::publish_batch: s.publish_batch(req, body_readable, out, close); break;

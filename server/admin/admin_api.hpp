@@ -63,7 +63,19 @@ class admin_api {
   admin_api(const admin_api&) = delete;
   admin_api& operator=(const admin_api&) = delete;
 
-  /// Appends the response to a complete request. `body_readable`: bytes readable from
+  /// What to do with a request once its head is in, before any of its body is read.
+  enum class head_verdict : std::uint8_t {
+    read_body,        ///< go on: read the body (if any) and respond()
+    read_body_keyed,  ///< the same, and the request presented the API key
+    answered,         ///< an error answer was appended; the request (it has no body) is done
+    answered_close,   ///< an error answer was appended: read nothing more, close after it
+  };
+  /// Screens a request head: an unknown path, a wrong method, a publish without the key (401)
+  /// or without Content-Length, or a body where none belongs are answered now, so that no body
+  /// is ever read, let alone buffered, for a request that will be refused.
+  head_verdict screen(const proto::http_request& req, std::string& out);
+
+  /// Appends the response to a complete request (screened again first). `body_readable`: bytes readable from
   /// req.body.data() (simdjson reads up to 64 bytes past the end; with fewer the body is
   /// copied). Returns true when the connection must close after this response.
   bool respond(const proto::http_request& req, std::size_t body_readable, std::string& out);

@@ -1,5 +1,6 @@
 #include "server/admin/admin_server.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <vector>
@@ -41,7 +42,10 @@ struct admin_conn {
   bool close_when_flushed = false;  // an answer that ends the connection is queued
   bool waiting_writable = false;
   bool continue_sent = false;       // `100 Continue` already sent for the current request
+  bool screened = false;            // the current request's head passed admin_api::screen
+  bool keyed = false;               // a request of this connection presented the API key
   std::int64_t request_start = 0;   // first byte of the request under way
+  std::int64_t last_active = 0;     // last bytes in or out: the quietest unkeyed one is evicted first
   std::int64_t deadline = 0;
   std::string in, out;
   std::size_t out_sent = 0;
@@ -60,7 +64,10 @@ class admin_server::loop final : public io_handler {
         _listen_fd(listen_fd),
         _conns(o.max_connections),
         _max_in(std::size_t{o.max_head_bytes} + o.max_body_bytes + 64 * 1024) {
-    if (metrics) _conn_gauge = &metrics->add_gauge("wspush_admin_connections");
+    if (metrics) {
+      _conn_gauge = &metrics->add_gauge("wspush_admin_connections");
+      _evictions = &metrics->add_counter("wspush_admin_connections_evicted_total");
+    }
     for (admin_conn& c : _conns)
       c.parser = proto::http_request_parser({o.max_head_bytes, o.max_body_bytes});
   }
@@ -105,7 +112,9 @@ class admin_server::loop final : public io_handler {
   }
 
   void refuse(int fd) noexcept;
+  std::uint32_t take_slot() noexcept;
   void close_conn(std::uint32_t i) noexcept;
+  void mark_keyed(admin_conn& c) noexcept;
   void process(std::uint32_t i, std::int64_t now) noexcept;
   bool flush(std::uint32_t i, std::int64_t now) noexcept;
   void start_linger(std::uint32_t i, std::int64_t now) noexcept;
@@ -120,7 +129,9 @@ class admin_server::loop final : public io_handler {
   std::vector<admin_conn> _conns;
   std::size_t _max_in;  // input held for one connection: one whole request and some pipelined bytes
   std::uint32_t _open = 0;
+  std::uint32_t _unkeyed = 0;  // open connections that have not presented the key
   gauge* _conn_gauge = nullptr;
+  counter* _evictions = nullptr;
   std::atomic<bool> _stop{false};
 };
 
@@ -137,23 +148,53 @@ void admin_server::loop::on_accept(int, int fd) noexcept {
     log_ratelimited(log_level::warn, "admin: accept failed: %s", std::strerror(-fd));
     return;
   }
-  std::uint32_t i = 0;
-  while (i < _conns.size() && _conns[i].ph != phase::free) ++i;
-  if (i == _conns.size()) return refuse(fd);
+  const std::uint32_t i = take_slot();
+  if (i == k_no_slot) return refuse(fd);
   admin_conn& c = _conns[i];
   c.fd = fd;
   c.gen = (c.gen + 1) & 0xFFFFFFFu;  // 28 bits: token stays within the backend's 56
   if (c.gen == 0) c.gen = 1;
   c.ph = phase::active;
-  c.close_when_flushed = c.waiting_writable = c.continue_sent = false;
+  c.close_when_flushed = c.waiting_writable = c.continue_sent = c.screened = c.keyed = false;
   c.in.clear();
   c.out.clear();
   c.out_sent = 0;
   c.parser.reset();
-  c.deadline = now_ms() + to_ms(_opt.idle_timeout);
-  if (!_io->start_reading(fd, token(i))) return close_conn(i);
+  c.last_active = now_ms();
+  c.deadline = c.last_active + to_ms(_opt.unkeyed_timeout);
   ++_open;
+  ++_unkeyed;
   if (_conn_gauge) _conn_gauge->set(_open);
+  if (!_io->start_reading(fd, token(i))) return close_conn(i);
+}
+
+/// A slot for a new connection: a free one while unkeyed connections hold less than their
+/// share, else the slot of the unkeyed connection quiet the longest (it had its chance: a
+/// client that means to publish sends its request at once). k_no_slot only when every slot is
+/// held by a keyed connection.
+std::uint32_t admin_server::loop::take_slot() noexcept {
+  std::uint32_t free = k_no_slot, quietest = k_no_slot;
+  for (std::uint32_t i = 0; i < _conns.size(); ++i) {
+    const admin_conn& c = _conns[i];
+    if (c.ph == phase::free) {
+      if (free == k_no_slot) free = i;
+    } else if (!c.keyed && (quietest == k_no_slot || c.last_active < _conns[quietest].last_active)) {
+      quietest = i;
+    }
+  }
+  if (free != k_no_slot && _unkeyed < _opt.unkeyed_share) return free;
+  if (quietest == k_no_slot) return free;  // unkeyed: none left to give way; keyed: all slots
+  close_conn(quietest);
+  if (_evictions) _evictions->inc();
+  log_ratelimited(log_level::info, "admin: %u connections without the API key; closed the quietest for a new one",
+                  unsigned(_unkeyed + 1));
+  return quietest;
+}
+
+void admin_server::loop::mark_keyed(admin_conn& c) noexcept {
+  if (c.keyed) return;
+  c.keyed = true;
+  --_unkeyed;
 }
 
 void admin_server::loop::close_conn(std::uint32_t i) noexcept {
@@ -162,6 +203,8 @@ void admin_server::loop::close_conn(std::uint32_t i) noexcept {
   _io->close(c.fd, token(i));
   c.fd = -1;
   c.ph = phase::free;
+  if (!c.keyed) --_unkeyed;
+  c.keyed = false;
   // Give back what a large request or response grew: a closed slot keeps nothing.
   std::string().swap(c.in);
   std::string().swap(c.out);
@@ -176,6 +219,7 @@ void admin_server::loop::on_data(conn_token t, std::span<std::uint8_t> bytes) no
   if (c.ph == phase::lingering || c.close_when_flushed) return;  // the rest of a refused request
   if (c.in.size() + bytes.size() > _max_in) return close_conn(i);  // pipelining into a stuck output
   const std::int64_t now = now_ms();
+  c.last_active = now;
   if (c.in.empty()) c.request_start = now;
   // Room for simdjson's padding after whatever body this completes: views stay put below.
   c.in.reserve(c.in.size() + bytes.size() + k_padding);
@@ -207,6 +251,23 @@ void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
   while (!c.close_when_flushed && !c.in.empty() && c.out.size() - c.out_sent < k_out_pause_bytes) {
     proto::http_request req;
     const proto::http_request_result r = c.parser.parse(c.in, req);
+    if (r.status != proto::parse_status::error && c.parser.head_complete() && !c.screened) {
+      // The head is in: answer now what will be refused, before reading (let alone keeping) a body.
+      const admin_api::head_verdict v = _api.screen(req, c.out);
+      if (v == admin_api::head_verdict::answered_close) {
+        c.close_when_flushed = true;
+        break;
+      }
+      if (v == admin_api::head_verdict::answered) {  // no body: this request is done
+        c.in.erase(0, r.consumed);
+        c.parser.reset();
+        c.continue_sent = false;
+        c.request_start = now;
+        continue;
+      }
+      if (v == admin_api::head_verdict::read_body_keyed) mark_keyed(c);
+      c.screened = true;
+    }
     if (r.status == proto::parse_status::need_more) {
       if (c.parser.head_complete() && req.expect_continue && !c.continue_sent) {
         c.out += admin_api::continue_response;
@@ -223,7 +284,7 @@ void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
     c.close_when_flushed = _api.respond(req, c.in.capacity() - body_at, c.out);
     c.in.erase(0, r.consumed);
     c.parser.reset();
-    c.continue_sent = false;
+    c.continue_sent = c.screened = false;
     c.request_start = now;
   }
   if (flush(i, now)) rearm(c, now);
@@ -263,6 +324,11 @@ void admin_server::loop::start_linger(std::uint32_t i, std::int64_t now) noexcep
 
 void admin_server::loop::rearm(admin_conn& c, std::int64_t now) noexcept {
   if (c.ph != phase::active || c.out_sent < c.out.size()) return;  // linger / write deadlines stand
+  c.last_active = now;
+  if (!c.keyed) {  // short: a head within it, and no longer an idle wait
+    c.deadline = (c.in.empty() ? now : c.request_start) + to_ms(_opt.unkeyed_timeout);
+    return;
+  }
   c.deadline = c.in.empty() ? now + to_ms(_opt.idle_timeout) : c.request_start + to_ms(_opt.request_timeout);
 }
 
@@ -299,6 +365,7 @@ void admin_server::start() {
   if (_loop) throw std::logic_error("admin_server started twice");
   if (_opt.max_connections == 0 || _opt.max_connections >= (1u << k_index_bits))
     throw std::invalid_argument("admin max_connections out of range");
+  _opt.unkeyed_share = std::clamp<std::uint32_t>(_opt.unkeyed_share, 1, _opt.max_connections);
   std::string why;
   std::unique_ptr<io_backend> io = make_epoll_backend({}, why);
   if (!io) throw std::runtime_error("admin listener: " + why);

@@ -7,9 +7,16 @@
 /// no buffer while idle), and there are at most `max_connections` of them.
 ///
 /// Bounds and timeouts, so a slow or hostile client costs a slot and nothing else:
-/// - past `max_connections` a new connection gets 503 and is closed;
+/// - a connection that has not presented the API key (*unkeyed*: every new one) may hold at
+///   most `unkeyed_share` of the slots, must send each request head within `unkeyed_timeout`
+///   and may idle no longer than that; when the share (or the table) is full, a new connection
+///   takes the slot of the unkeyed connection that has been quiet the longest. So no number of
+///   idle or keyless connections locks out a keyed publisher or a health probe: a new
+///   connection always gets a slot, unless every slot is held by keyed connections (then 503);
+/// - a request head is screened before its body is read (admin_api::screen): a publish without
+///   the key is answered 401 and the connection closed, and no body is buffered for it;
 /// - a request (head and body) must arrive within `request_timeout` of its first byte, else
-///   408 and close; a keep-alive connection idle for `idle_timeout` is closed;
+///   408 and close; a keyed keep-alive connection idle for `idle_timeout` is closed;
 /// - output not taken by the client for `request_timeout` closes the connection; while more
 ///   than 256 KiB of output waits, pipelined requests are not read further;
 /// - after an error answer the write side is shut and the rest of the request read and dropped
@@ -34,6 +41,8 @@ struct admin_options {
   std::uint32_t max_body_bytes = 1u << 20;   // --max-body-bytes: larger bodies get 413
   std::uint32_t max_head_bytes = 8192;       // request line and headers: larger get 431
   std::uint32_t max_connections = 256;
+  std::uint32_t unkeyed_share = 192;  // slots unkeyed connections may hold (at most max_connections)
+  double unkeyed_timeout = 5;   // seconds an unkeyed connection gets for a request head, or may idle
   double request_timeout = 10;  // seconds from a request's first byte to its last
   double idle_timeout = 60;     // seconds a keep-alive connection may wait for its next request
   double linger_timeout = 2;    // seconds spent draining a request after an error answer

@@ -49,6 +49,8 @@ constexpr metric_info k_standard[] = {
      "How long a reactor worked after each wake-up before it could wait again: how long a new event may wait for it."},
     {"wspush_admin_requests_total", mt::counter, "code", "Admin API requests answered, by status class (2xx, 4xx, 5xx)."},
     {"wspush_admin_connections", mt::gauge, "", "Open connections on the admin listener."},
+    {"wspush_admin_connections_evicted_total", mt::counter, "",
+     "Admin connections without the API key closed to make room for a new connection."},
     {"wspush_draining", mt::gauge, "", "1 while the server drains (readyz answers 503), else 0."},
 };
 

@@ -137,10 +137,13 @@ TEST_CASE("admin server: the API key guards the publish endpoints only", "[admin
                                 "Authorization: Bearer s3cr3t-ke\r\n", "Authorization: Bearer s3cr3t-key2\r\n"}) {
     INFO(auth);
     for (std::string_view path : {"/publish", "/publish/batch"}) {
-      http_response r = c.request("POST", path, body, auth);
+      http_client keyless(f.port());  // a 401 ends its connection: no second try on it
+      http_response r = keyless.request("POST", path, body, auth);
       CHECK(r.status == 401);
       CHECK(r.headers["www-authenticate"].rfind("Bearer", 0) == 0);
+      CHECK(r.headers["connection"] == "close");
       CHECK(r.body == R"({"error":"unauthorized"})");
+      CHECK(keyless.closed_by_peer());
     }
   }
   CHECK(f.sink.snapshot().empty());
@@ -160,10 +163,16 @@ TEST_CASE("admin server: 404, 405, 411, 413, 501", "[admin]") {
   r = c.request("GET", "/publish");
   CHECK(r.status == 405);
   CHECK(r.headers["allow"] == "POST");
-  r = c.request("POST", "/metrics", "x");
-  CHECK(r.status == 405);
-  CHECK(r.headers["allow"] == "GET");
-  CHECK(r.body == R"({"error":"method_not_allowed"})");
+  {
+    // Refused at its head with a body announced: the body is never read, so the connection ends.
+    http_client with_body(f.port());
+    r = with_body.request("POST", "/metrics", "x");
+    CHECK(r.status == 405);
+    CHECK(r.headers["allow"] == "GET");
+    CHECK(r.headers["connection"] == "close");
+    CHECK(r.body == R"({"error":"method_not_allowed"})");
+    CHECK(with_body.closed_by_peer());
+  }
   REQUIRE(c.send("POST /publish HTTP/1.1\r\nHost: h\r\n\r\n"));
   CHECK(c.read_response().status == 411);
   CHECK(c.request("POST", "/publish", publish_body("t", "\"" + std::string(1000, 'x') + "\"")).status == 200);
@@ -284,29 +293,40 @@ TEST_CASE("admin server: garbage gets a 400 and a close, the server lives on", "
   CHECK(c.request("GET", "/healthz").status == 200);
 }
 
-TEST_CASE("admin server: connections past the bound get 503", "[admin]") {
-  admin_options o;
+TEST_CASE("admin server: a new connection takes the slot of the quietest keyless one; keyed ones stay", "[admin]") {
+  admin_options o = with_key("k");
   o.max_connections = 2;
   fixture f(o);
-  http_client a(f.port()), b(f.port());
-  CHECK(a.request("GET", "/healthz").status == 200);
-  CHECK(b.request("GET", "/healthz").status == 200);
-  http_client c(f.port());
-  http_response r = c.read_response();  // answered without asking
+  const std::string auth = "Authorization: Bearer k\r\n";
+  http_client keyed(f.port()), keyless(f.port());
+  CHECK(keyed.request("POST", "/publish", publish_body("t", "1"), auth).status == 200);
+  CHECK(keyless.request("GET", "/healthz").status == 200);
+  // The table is full: a new connection still gets in, in the slot of the keyless one.
+  http_client probe(f.port());
+  CHECK(probe.request("GET", "/healthz").status == 200);
+  CHECK(keyless.closed_by_peer());
+  CHECK(keyed.request("GET", "/readyz").status == 200);  // the keyed connection was left alone
+  // Only when every slot is keyed is a new connection refused, with 503.
+  CHECK(probe.request("POST", "/publish", publish_body("t", "2"), auth).status == 200);
+  http_client late(f.port());
+  http_response r = late.read_response();  // answered without asking
   CHECK(r.status == 503);
   CHECK(r.headers["retry-after"] == "1");
-  CHECK(c.closed_by_peer());
+  CHECK(late.closed_by_peer());
   // A slot is free again once the server has seen a close: wait for that through /metrics.
-  ::close(a.fd);
-  a.fd = -1;
+  ::close(probe.fd);
+  probe.fd = -1;
   double open = 2;
   while (open != 1) {
-    const http_response m = b.request("GET", "/metrics");
+    const http_response m = keyed.request("GET", "/metrics");
     REQUIRE(m.status == 200);
     open = check_prometheus_text(m.body).samples.at("wspush_admin_connections");
   }
   http_client d(f.port());
   CHECK(d.request("GET", "/healthz").status == 200);
+  http_client scrape(f.port());
+  const http_response m = scrape.request("GET", "/metrics");
+  CHECK(check_prometheus_text(m.body).samples.at("wspush_admin_connections_evicted_total") >= 1);
 }
 
 TEST_CASE("admin server: /metrics counts what the API did", "[admin]") {
@@ -317,8 +337,9 @@ TEST_CASE("admin server: /metrics counts what the API did", "[admin]") {
   c.request("POST", "/publish", "nope", auth);
   c.request("POST", "/publish", publish_body("down", "1"), auth);
   c.request("POST", "/publish/batch", publish_body("t", "1") + "\nx\n", auth);
-  c.request("POST", "/publish", publish_body("t", "1"));  // 401
-  const http_response r = c.request("GET", "/metrics");
+  c.request("POST", "/publish", publish_body("t", "1"));  // 401, and the connection ends
+  http_client scrape(f.port());
+  const http_response r = scrape.request("GET", "/metrics");
   const auto p = check_prometheus_text(r.body);
   INFO(r.body);
   REQUIRE(p.error.empty());
