@@ -17,7 +17,7 @@ async function openClients(port) {
   async function worker() {
     while (next < CLIENTS) {
       const i = next++;
-      clients[i] = await connect(port, `/b${i}`, { perMessageDeflate: false });
+      clients[i] = await connect(port, `/ws?client=${i}`, { perMessageDeflate: false });
     }
   }
   await within(180, `opening ${CLIENTS} clients`, Promise.all(Array.from({ length: CONNECT_CONCURRENCY }, worker)));

@@ -34,7 +34,7 @@ async function expectEcho(ws, sent, isBinary, seconds) {
 }
 
 async function echoSizes(port) {
-  const ws = await connect(port, '/echo'); // offers permessage-deflate: the server must ignore it
+  const ws = await connect(port, '/ws?via=echo'); // offers permessage-deflate: the server must ignore it
   check(ws.extensions === '', `server negotiated an extension: ${ws.extensions}`);
   for (const n of SIZES) {
     const seconds = 20 + 60 * n / LIMIT;
@@ -50,14 +50,14 @@ async function echoSizes(port) {
 }
 
 async function overLimit(port, isBinary) {
-  const ws = await connect(port, '/', { perMessageDeflate: false });
+  const ws = await connect(port, '/ws', { perMessageDeflate: false });
   ws.send(isBinary ? randomBytes(LIMIT + 1) : 'x'.repeat(LIMIT + 1), { binary: isBinary }, () => {});
   const { code } = await ws.inbox.close(80);
   check(code === 1009, `${isBinary ? 'binary' : 'text'} of ${LIMIT + 1} bytes: close code ${code}, expected 1009`);
 }
 
 async function fragmented(port) {
-  const ws = await connect(port, '/', { perMessageDeflate: false });
+  const ws = await connect(port, '/ws', { perMessageDeflate: false });
   const euro = Buffer.from('€'); // 3 bytes: split it across fragments
   const textParts = [Buffer.from('frag '), euro.subarray(0, 1), euro.subarray(1, 2), Buffer.concat([euro.subarray(2), Buffer.from(' end')])];
   const binParts = [randomBytes(10), Buffer.alloc(0), randomBytes(70000), randomBytes(1)];
@@ -72,7 +72,7 @@ async function fragmented(port) {
 }
 
 async function pingPong(port) {
-  const ws = await connect(port, '/', { perMessageDeflate: false });
+  const ws = await connect(port, '/ws', { perMessageDeflate: false });
   const pongs = [];
   ws.on('pong', (data) => pongs.push(data));
   const payloads = [Buffer.alloc(0), Buffer.from('p'), randomBytes(125), Buffer.from('node ping')];
@@ -96,14 +96,14 @@ async function pingPong(port) {
 
 async function closeHandshake(port, server) {
   for (const [code, reason] of [[1000, ''], [4001, 'bye'], [3000, 'r'.repeat(120)]]) {
-    const ws = await connect(port, '/', { perMessageDeflate: false });
+    const ws = await connect(port, '/ws', { perMessageDeflate: false });
     await send(ws, 'before close');
     await expectEcho(ws, 'before close', false, 20);
     ws.close(code, reason);
     const closed = await ws.inbox.close();
     check(closed.code === code, `closed with ${code}: server answered ${closed.code}`);
   }
-  const again = await connect(port, '/', { perMessageDeflate: false });
+  const again = await connect(port, '/ws', { perMessageDeflate: false });
   await send(again, 'still serving');
   await expectEcho(again, 'still serving', false, 20);
   again.close(1000);

@@ -3,7 +3,8 @@
 
 With --jwt-secret: a valid token in ?token= or in the cookie wspush_token upgrades (raw client and
 Python `websockets`) and echoes; a missing, malformed, badly signed, expired, alg=none or HS512 token
-gets 401 before switching protocols and the TCP connection is closed; the server keeps serving.
+or not valid yet (`nbf` more than the 30 s leeway ahead) gets 401 before switching protocols and the
+TCP connection is closed; the server keeps serving.
 Without a secret and without --auth=none the server refuses to start, saying why; --jwt-secret-file
 works. Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
@@ -51,6 +52,9 @@ def expect_echo_with(port: int, path: str, extra: str = "") -> None:
 def valid_tokens(port: int) -> None:
     token = mint(claims())
     expect_echo_with(port, f"/ws?token={token}")
+    # nbf a little ahead (a minter's clock a few seconds fast) is within the 30 s leeway; past is fine.
+    expect_echo_with(port, "/ws?token=" + mint(claims(nbf=int(time.time()) + 10)))
+    expect_echo_with(port, "/ws?token=" + mint(claims(nbf=int(time.time()) - 60)))
     expect_echo_with(port, "/ws", f"Cookie: theme=dark; wspush_token={token}\r\n")
 
 
@@ -66,6 +70,7 @@ def refused(port: int) -> None:
         "alg none": f"/ws?token={b64url(json.dumps({'alg': 'none'}).encode())}.{body}.",
         "alg HS512": "/ws?token=" + mint(claims(), alg="HS512"),
         "exp missing": "/ws?token=" + mint({"sub": "x", "topics": []}),
+        "nbf 500 s ahead": "/ws?token=" + mint(claims(nbf=int(time.time()) + 500)),
     }
     for name, path in cases.items():
         resp = http_exchange(port, upgrade_request(path))

@@ -28,7 +28,7 @@ async def open_clients(port: int) -> list:
 
     async def one(i: int):
         async with gate:
-            return await websockets.connect(f"ws://127.0.0.1:{port}/b{i}", max_size=None, ping_interval=None,
+            return await websockets.connect(f"ws://127.0.0.1:{port}/ws?client={i}", max_size=None, ping_interval=None,
                                             compression=None, open_timeout=scaled(60), close_timeout=scaled(10))
     return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(CLIENTS))), scaled(180))
 

@@ -29,7 +29,7 @@ def connect(port: int, **kw):
     kw.setdefault("ping_interval", None)
     kw.setdefault("open_timeout", scaled(20))
     kw.setdefault("close_timeout", scaled(20))
-    return websockets.connect(f"ws://127.0.0.1:{port}/echo", **kw)
+    return websockets.connect(f"ws://127.0.0.1:{port}/ws", **kw)
 
 
 async def roundtrip(ws, message, timeout: float = 20.0):

@@ -4,13 +4,16 @@
 Plain GET -> 426, wrong Sec-WebSocket-Version -> 426 with `Sec-WebSocket-Version: 13`, request past
 --max-request-bytes -> 431 (and one exactly at the limit is accepted), malformed requests -> 400, the TCP
 connection closed after every error answer; an upgrade that never completes is closed after
---upgrade-timeout while an upgraded connection is left alone. Exit 0 pass, 1 fail, 77 io_uring unavailable.
+--upgrade-timeout while an upgraded connection is left alone. Hardening (issue 13): the upgrade only on
+--ws-path (any other path 404), a NUL or bare CR in a header the upgrade does not use -> 400, and an
+upgrade request followed in the same write by hundreds of KiB of frames -> 101, then every frame read.
+Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (OP_TEXT, RawWebSocket, ServerProcess, arg_parser, check,  # noqa: E402
+from wsp_testlib import (OP_TEXT, RawWebSocket, ServerProcess, arg_parser, check, encode_frame,  # noqa: E402
                          http_exchange, run_main, run_step, upgrade_request)
 
 MAX_REQUEST = 8192  # the server's default --max-request-bytes
@@ -26,9 +29,45 @@ def expect_status(port: int, request: bytes, status: int, what: str, piece: int 
 
 
 def plain_get(port: int) -> None:
-    expect_status(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 426, "GET without Upgrade")
+    expect_status(port, b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 426, "GET without Upgrade")
     expect_status(port, b"GET /ws?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n", 426,
                   "GET /ws without Upgrade")
+    expect_status(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404, "GET / (not the WebSocket path)")
+
+
+def only_ws_path(port: int, ws_path: str = "/ws") -> None:
+    """The upgrade is accepted on the configured path only (a query is fine); anything else is 404."""
+    for path in ["/other", "//ws", "/../../etc/passwd", ws_path + "/", ws_path.upper(), "/", ws_path + "x",
+                 "/%77s"]:
+        expect_status(port, upgrade_request(path, KEY), 404, f"upgrade on {path!r}")
+    for path in [ws_path, ws_path + "?token=x&y=1"]:
+        with RawWebSocket(port).open(path=path) as ws:
+            ws.send_frame(OP_TEXT, b"on the path")
+            ws.expect_message(OP_TEXT, b"on the path")
+
+
+def unused_header_controls(port: int) -> None:
+    """Control bytes are refused in every header, not only in those the upgrade reads."""
+    for junk, what in [(b"X-Junk: a\x00b", "NUL"), (b"X-Junk: a\rb", "bare CR"), (b"X-Junk: \x7f", "DEL"),
+                       (b"User-Agent: curl\x01", "SOH"), (b"X-Junk: a\x1bb", "ESC")]:
+        req = upgrade_request("/ws", KEY).replace(b"\r\n\r\n", b"\r\n" + junk + b"\r\n\r\n")
+        expect_status(port, req, 400, f"{what} in an unused header")
+    with RawWebSocket(port).open(extra_headers="X-Tabs: a\tb\r\nX-Utf8: caf\u00e9\r\n") as ws:  # HTAB, obs-text: fine
+        ws.send_frame(OP_TEXT, b"tabs ok")
+        ws.expect_message(OP_TEXT, b"tabs ok")
+
+
+def frames_behind_request(port: int) -> None:
+    """An upgrade request and, in the same write, far more frames than one read takes: the 101 comes,
+    then every frame is read and answered in order (echo mode); never a bare EOF."""
+    for total in [70_000, 131_072, 262_144, 1_048_576]:
+        payloads, frames = [], bytearray()
+        while len(frames) < total:
+            payloads.append(f"{len(payloads):06d}".encode() * 100)  # 600 bytes each
+            frames += encode_frame(OP_TEXT, payloads[-1])
+        with RawWebSocket(port, timeout=20).open(trailing=bytes(frames)) as ws:
+            for p in payloads:
+                ws.expect_message(OP_TEXT, p)
 
 
 def bad_version(port: int) -> None:
@@ -41,7 +80,7 @@ def bad_version(port: int) -> None:
 
 def pad_header(total: int) -> str:
     """An X-Pad header that makes an upgrade request (24-character key) exactly `total` bytes long."""
-    pad = total - len(upgrade_request("/", KEY, extra="X-Pad: \r\n"))
+    pad = total - len(upgrade_request("/ws", KEY, extra="X-Pad: \r\n"))
     assert pad >= 0
     return f"X-Pad: {'p' * pad}\r\n"
 
@@ -50,7 +89,7 @@ def oversized(port: int, limit: int = MAX_REQUEST) -> None:
     with RawWebSocket(port).open(extra_headers=pad_header(limit)) as ws:  # at the limit: accepted
         ws.send_frame(OP_TEXT, b"at the limit")
         ws.expect_message(OP_TEXT, b"at the limit")
-    over = upgrade_request("/", KEY, extra=pad_header(limit + 1))
+    over = upgrade_request("/ws", KEY, extra=pad_header(limit + 1))
     expect_status(port, over, 431, f"{len(over)}-byte request")
     # Far past the limit, without ever ending the header block: must not wait for the end.
     endless = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * (4 * limit)
@@ -100,7 +139,11 @@ def upgrade_timeout(port: int) -> None:
 
 def run(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="echo", quiet=not args.verbose) as server:
-        run_step("plain GET -> 426", plain_get, server.port)
+        run_step("plain GET -> 426 on the WebSocket path, 404 elsewhere", plain_get, server.port)
+        run_step("the upgrade only on --ws-path", only_ws_path, server.port)
+        run_step("NUL, bare CR, DEL in headers the upgrade does not use -> 400", unused_header_controls, server.port)
+        run_step("an upgrade with up to 1 MiB of frames in the same write: 101, then every frame", frames_behind_request,
+                 server.port)
         run_step("bad Sec-WebSocket-Version -> 426 + version header", bad_version, server.port)
         run_step("request over --max-request-bytes -> 431", oversized, server.port)
         run_step("malformed requests -> 400", garbage, server.port)
@@ -108,6 +151,9 @@ def run(args) -> None:
             ws.send_frame(OP_TEXT, b"after the errors")
             ws.expect_message(OP_TEXT, b"after the errors")
         check(server.alive(), "server exited\n" + server.log_tail())
+    with ServerProcess(args.server, io=args.io, mode="echo", extra=["--ws-path", "/push/v1"],
+                       quiet=not args.verbose) as server:
+        run_step("--ws-path /push/v1: the upgrade there only", only_ws_path, server.port, "/push/v1")
     with ServerProcess(args.server, io=args.io, mode="echo", extra=["--max-request-bytes", "16384"],
                        quiet=not args.verbose) as server:
         run_step("a larger --max-request-bytes is honoured end to end", oversized, server.port, 16384)

@@ -41,7 +41,7 @@ def answer_pings(port: int, count: int) -> None:
 async def answering_clients_stay(port: int) -> None:
     # The raw client blocks on its socket: it runs in a thread so that the event loop keeps
     # serving the websockets client (which answers the server's pings by itself) meanwhile.
-    lib = await websockets.connect(f"ws://127.0.0.1:{port}/", ping_interval=None)
+    lib = await websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None)
     await asyncio.to_thread(answer_pings, port, 4)
     await lib.send("still here too")
     check(await asyncio.wait_for(lib.recv(), scaled(10)) == "still here too",

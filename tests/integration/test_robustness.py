@@ -73,7 +73,7 @@ def garbage_after_upgrade(port: int) -> None:
 
 
 async def sigterm(server: ServerProcess) -> None:
-    clients = [await websockets.connect(f"ws://127.0.0.1:{server.port}/", ping_interval=None,
+    clients = [await websockets.connect(f"ws://127.0.0.1:{server.port}/ws", ping_interval=None,
                                         close_timeout=scaled(10)) for _ in range(3)]
     raws = [RawWebSocket(server.port).open() for _ in range(3)]
     for ws in clients:

@@ -154,7 +154,7 @@ export async function startServer(options) {
 }
 
 /** Opens a client; resolves once the upgrade is done. Options go to `ws` (permessage-deflate is offered). */
-export function connect(port, path = '/', options = {}) {
+export function connect(port, path = '/ws', options = {}) {
   const ws = new WebSocket(`ws://127.0.0.1:${port}${path}`, { maxPayload: 64 * 1024 * 1024, ...options });
   ws.inbox = new Inbox(ws);
   return within(20, `opening ws://127.0.0.1:${port}${path}`, new Promise((resolve, reject) => {

@@ -93,7 +93,7 @@ def http_exchange(port: int, request: bytes, timeout: float = 10.0, piece: int =
     return HttpResponse(status, reason, headers, data, closed)
 
 
-def upgrade_request(path: str = "/", key: Optional[str] = None, version: str = "13", extra: str = "") -> bytes:
+def upgrade_request(path: str = "/ws", key: Optional[str] = None, version: str = "13", extra: str = "") -> bytes:
     key = key or base64.b64encode(os.urandom(16)).decode()
     return (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: {version}\r\n{extra}\r\n").encode()
@@ -229,7 +229,7 @@ class RawWebSocket:
 
     # -- connection ---------------------------------------------------------------------------------
 
-    def open(self, path: str = "/", piece: int = 0, extra_headers: str = "", trailing: bytes = b"") -> "RawWebSocket":
+    def open(self, path: str = "/ws", piece: int = 0, extra_headers: str = "", trailing: bytes = b"") -> "RawWebSocket":
         """Connects and upgrades; `piece` > 0 sends the request `piece` bytes per send; `trailing`
         bytes (frames) go out in the same write as the request."""
         self.connect()
