@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -191,7 +192,7 @@ envelope_result read_since(sj::value v, envelope& out) noexcept {
   return k_ok;
 }
 
-enum field_bit : unsigned { f_op = 1, f_topics = 2, f_since = 4, f_topic = 8, f_data = 16 };
+enum field_bit : unsigned { f_op = 1, f_topics = 2, f_since = 4, f_topic = 8, f_data = 16, f_token = 32 };
 
 unsigned field_bit_of(std::string_view key) noexcept {
   if (key == "op") return f_op;
@@ -199,6 +200,7 @@ unsigned field_bit_of(std::string_view key) noexcept {
   if (key == "since") return f_since;
   if (key == "topic") return f_topic;
   if (key == "data") return f_data;
+  if (key == "token") return f_token;
   return 0;
 }
 
@@ -213,6 +215,12 @@ envelope_result read_field(std::string_view key, sj::value v, sj::document& doc,
     case f_topics: return read_topics(v, out);
     case f_since: return read_since(v, out);
     case f_data: return read_data(v, doc, out.data);
+    case f_token: {
+      constexpr envelope_result bad = fail(client_error::bad_request, "token must be a non-empty string of at most 4096 bytes");
+      const client_error e = read_string(v, out.token);
+      if (e != client_error::none) return as_result(e, bad.message);
+      return out.token.empty() || out.token.size() > max_auth_token_bytes ? bad : k_ok;
+    }
     default: break;
   }
   const client_error e = read_string(v, out.topic);
@@ -234,6 +242,13 @@ envelope_result check_op(std::string_view op, unsigned seen, envelope& out) noex
     out.topic_count = out.since_count = 0;  // fields of other ops: checked, then ignored
     const bool complete = (seen & (f_topic | f_data)) == (f_topic | f_data);
     return complete ? k_ok : fail(client_error::bad_request, "pub needs topic and data");
+  }
+  if (op == "auth" || op == "pong") {
+    out.op = op == "auth" ? client_op::auth : client_op::pong;
+    out.topic_count = out.since_count = 0;  // fields of other ops: checked, then ignored
+    out.topic = out.data = {};
+    if (out.op == client_op::pong) return k_ok;
+    return (seen & f_token) ? k_ok : fail(client_error::bad_request, "auth needs token");
   }
   if (op != "sub" && op != "unsub") return fail(client_error::unknown_op, "unknown op");
   out.op = op == "sub" ? client_op::sub : client_op::unsub;
@@ -360,6 +375,14 @@ std::size_t encode_unsubbed(std::span<const std::string_view> topics, std::span<
   return w.size();
 }
 
+std::size_t encode_authed(std::int64_t exp, std::span<const std::string_view> unsubbed, std::span<char> out) noexcept {
+  char digits[24];
+  const int n = std::snprintf(digits, sizeof digits, "%lld", static_cast<long long>(exp));
+  json_writer w(out);
+  w.raw("{\"op\":\"authed\",\"exp\":").raw({digits, std::size_t(n)}).raw(",\"unsubbed\":").string_array(unsubbed).raw("}");
+  return w.size();
+}
+
 std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out) noexcept {
   json_writer w(out);
   w.raw("{\"op\":\"error\",\"code\":").string(client_error_name(code));
@@ -403,7 +426,7 @@ envelope_result envelope_parser::parse(std::string_view message, std::size_t rea
     capacity = _max + simdjson::SIMDJSON_PADDING;
   }
   out.topic_count = out.since_count = 0;
-  out.topic = out.data = {};
+  out.topic = out.data = out.token = {};
   sj::document doc;
   sj::object obj;
   if (_impl->parser.iterate(message.data(), message.size(), capacity).get(doc)) return k_bad_json;

@@ -6,6 +6,8 @@
 ///   {"op":"sub","topics":["mailbox:42"],"since":{"mailbox:42":"17"}}
 ///   {"op":"unsub","topics":["mailbox:42"]}
 ///   {"op":"pub","topic":"mailbox:42","data":<any JSON>}
+///   {"op":"auth","token":"<JWT>"}      in-band token refresh
+///   {"op":"pong"}                       the answer to a heartbeat `{"op":"ping"}`
 ///
 /// Parsing is simdjson On Demand with one parser reused for every message: no allocation per
 /// message. The result is views, never copies; `data` is the value's raw bytes as sent.
@@ -23,6 +25,8 @@ namespace wspush::proto {
 
 /// Topics (and `since` entries) one `sub` or `unsub` may name.
 inline constexpr std::size_t max_topics_per_message = 32;
+/// Longest token an `auth` may carry (what jwt_verifier accepts).
+inline constexpr std::size_t max_auth_token_bytes = 4096;
 /// Longest `since` id. Ids are the server's (`k3f9:18`, a Redis stream id); a longer one was
 /// never issued by it.
 inline constexpr std::size_t max_id_bytes = 64;
@@ -33,7 +37,7 @@ inline constexpr std::size_t max_data_depth = 64;
 /// much room behind it is parsed where it lies.
 inline constexpr std::size_t envelope_padding = 64;
 
-enum class client_op : std::uint8_t { sub, unsub, pub };
+enum class client_op : std::uint8_t { sub, unsub, pub, auth, pong };
 
 /// Error codes of the protocol: what a client is told in `{"op":"error","code":...}`. parse()
 /// produces the first five; the others are the server's decisions.
@@ -47,6 +51,7 @@ enum class client_error : std::uint8_t {
   forbidden,        // the token does not grant the topic
   too_many_subscriptions,  // over the connection's limit
   unavailable,      // the server cannot take it now (bus down, draining)
+  unauthorized,     // an `auth` token that is malformed, forged, expired or not yet valid
 };
 
 constexpr std::string_view client_error_name(client_error e) noexcept {
@@ -60,6 +65,7 @@ constexpr std::string_view client_error_name(client_error e) noexcept {
     case client_error::forbidden: return "forbidden";
     case client_error::too_many_subscriptions: return "too_many_subscriptions";
     case client_error::unavailable: return "unavailable";
+    case client_error::unauthorized: return "unauthorized";
   }
   return "unknown";
 }
@@ -79,6 +85,7 @@ struct envelope {
   std::uint8_t since_count = 0;   // sub: each names one of `topics`, at most once
   std::string_view topic;         // pub
   std::string_view data;          // pub: the raw JSON value, first to last byte, never empty
+  std::string_view token;         // auth: the token as sent (not checked here: jwt_verifier does)
   std::array<std::string_view, max_topics_per_message> topics_buf;
   std::array<since_entry, max_topics_per_message> since_buf;
 
@@ -110,7 +117,8 @@ class envelope_parser {
   /// topic → id string (1..max_id_bytes) whose topics are among `topics`; pub needs `topic` and
   /// `data` (any JSON value, nested at most max_data_depth). Known fields must have the right
   /// type whatever the op (a pub with `"topics":5` is bad_request) and appear once; unknown
-  /// fields are ignored but must be valid JSON. The first problem met reading front to back is
+  /// fields are ignored but must be valid JSON. auth needs `token`, a non-empty string of at
+  /// most max_auth_token_bytes; pong needs nothing. The first problem met reading front to back is
   /// the one reported: a message that is not JSON is refused, as bad_json or, when a problem
   /// of the request shows before the JSON breaks, as that problem (which one can depend on the
   /// byte after the message: simdjson checks bracket balance up front only when it is `}`).
@@ -147,6 +155,11 @@ std::size_t encode_subbed(std::span<const std::string_view> topics, std::span<co
 std::size_t encode_unsubbed(std::span<const std::string_view> topics, std::span<char> out) noexcept;
 /// `{"op":"error","code":"forbidden","topic":"..."}`; without `topic` when it is empty.
 std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out) noexcept;
+/// `{"op":"authed","exp":1735689600,"unsubbed":[...]}`: a refreshed token's expiry and the
+/// subscriptions its grants no longer allow (removed).
+std::size_t encode_authed(std::int64_t exp, std::span<const std::string_view> unsubbed, std::span<char> out) noexcept;
+/// `{"op":"ping"}`: the heartbeat a client that asked for one (`?heartbeat=1`) answers with a pong.
+inline constexpr std::string_view heartbeat_ping = R"({"op":"ping"})";
 /// `{"id":"18"}`: the answer to a publish.
 std::size_t encode_published(std::string_view id, std::span<char> out) noexcept;
 

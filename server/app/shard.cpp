@@ -24,7 +24,7 @@ shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(list
   if (cfg.mode == app_mode::broadcast)
     _app = std::make_unique<pubsub::broadcast_app>(*s.hub, *_fanout);
   else
-    _app = std::make_unique<pubsub::session>(cfg.session, s.tokens != nullptr, *s.hub, *_fanout,
+    _app = std::make_unique<pubsub::session>(cfg.session, s.tokens, *s.hub, *_fanout,
                                              cfg.conn.max_message_bytes, index == 0);
 }
 
@@ -48,6 +48,7 @@ bool shard::start(std::string& why, bool& fell_back) noexcept {
     return false;
   }
   _conns->set_upgrade_runner(*_upgrades);
+  if (_s.site) _conns->set_static_site(*_s.site);
   return true;
 }
 

@@ -23,16 +23,18 @@ std::size_t names_bound(std::span<const std::string_view> names) noexcept {
 
 }  // namespace
 
-session::session(const session_options& o, bool tokens_on, hub& h, fanout& f, std::uint32_t max_message_bytes,
-                 bool expire_history)
+session::session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
+                 std::uint32_t max_message_bytes, bool expire_history)
     : _o(o),
-      _tokens_on(tokens_on),
+      _tokens(tokens),
       _expire_history(expire_history),
       _hub(h),
       _fanout(f),
       _parser(max_message_bytes),
       _env(std::make_unique<proto::envelope>()) {
   _replay.reserve(64);
+  _names.reserve(std::size_t(o.max_topics_per_connection) * proto::max_topic_bytes);
+  _gone.reserve(o.max_topics_per_connection);
 }
 
 session::~session() = default;
@@ -43,7 +45,7 @@ void session::bind(conn_ops& ops) noexcept {
 }
 
 bool session::on_open(conn_id c, const open_info& info) noexcept {
-  return !_tokens_on || _sessions.set(c, info.exp, info.topics, info.pub);
+  return !_tokens || _sessions.set(c, info.exp, info.topics, info.pub);
 }
 
 void session::on_close(conn_id c) noexcept {
@@ -82,6 +84,8 @@ void session::on_message(conn_id c, message& m) noexcept {
     case proto::client_op::sub: return client_sub(c);
     case proto::client_op::unsub: return client_unsub(c);
     case proto::client_op::pub: return client_pub(c);
+    case proto::client_op::auth: return client_auth(c);
+    case proto::client_op::pong: return;  // the heartbeat's answer: that it came is all (ws_phase)
   }
 }
 
@@ -97,7 +101,7 @@ void session::client_error(conn_id c, proto::client_error e, std::string_view to
 }
 
 proto::grants_view session::grants_of(conn_id c, bool pub) const noexcept {
-  if (!_tokens_on) return pub && !_o.allow_client_publish ? proto::grants_view{} : proto::grants_all;
+  if (!_tokens) return pub && !_o.allow_client_publish ? proto::grants_view{} : proto::grants_all;
   const session_grants& s = _sessions.get(c);
   return pub ? s.pub() : s.topics();
 }
@@ -178,6 +182,35 @@ void session::client_pub(conn_id c) noexcept {
     return client_error(c, proto::client_error::unavailable, env.topic);
   }
   n.client_pubs_ok.add();
+  if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+/// In-band token refresh: the new token's grants and expiry replace the old ones, and the
+/// subscriptions they no longer allow are removed and named. A token that does not verify is
+/// refused and changes nothing: the connection keeps its old token until that one expires.
+void session::client_auth(conn_id c) noexcept {
+  if (!_tokens) return client_error(c, proto::client_error::bad_request, {});  // --auth=none: no token to refresh
+  char storage[proto::jwt_claims_storage_bytes];
+  proto::jwt_claims claims;
+  if (!_tokens->verify(_env->token, realtime_ms() / 1000, storage, claims).ok())
+    return client_error(c, proto::client_error::unauthorized, {});
+  if (!_sessions.set(c, claims.exp, claims.topics.bytes(), claims.pub.bytes()))
+    return client_error(c, proto::client_error::unavailable, {});
+  // What the new grants no longer allow: copied out before unsubscribing (a topic the registry
+  // drops takes its name with it).
+  _names.clear();
+  _gone.clear();
+  topic_registry& reg = _fanout.registry();
+  reg.topics_of(c, [&](std::string_view t) {  // at most max_topics_per_connection: the reserves hold them
+    if (proto::grants_match(claims.topics, t)) return;
+    _gone.emplace_back(_names.data() + _names.size(), t.size());
+    _names.append(t);
+  });
+  for (std::string_view t : _gone) reg.unsubscribe(c, t);
+  if (!_gone.empty()) _fanout.count_subscriptions();
+  std::span<const std::string_view> names(_gone);
+  reply(c, 64 + names_bound(names), [&](std::span<char> out) { return proto::encode_authed(claims.exp, names, out); });
+  _ops->expiry_changed(c);
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
 }
 

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "pool/shared_frame.hpp"
 #include "proto/envelope.hpp"
+#include "proto/jwt.hpp"
 #include "proto/topic.hpp"
 #include "server/base/options.hpp"
 #include "server/conn/app.hpp"
@@ -24,17 +26,18 @@ namespace wspush::server::pubsub {
 
 class session final : public application {
  public:
-  /// `tokens_on`: connections carry token grants (else, --auth=none, everyone may subscribe to
-  /// anything). `expire_history`: this shard sweeps the history's TTL (one shard does).
-  session(const session_options& o, bool tokens_on, hub& h, fanout& f, std::uint32_t max_message_bytes,
-          bool expire_history);
+  /// `tokens`: connections carry token grants, refreshed in-band with `auth` (null with
+  /// --auth=none: everyone may subscribe to anything). `expire_history`: this shard sweeps the
+  /// history's TTL (one shard does). `tokens` must outlive the session.
+  session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
+          std::uint32_t max_message_bytes, bool expire_history);
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
   bool on_open(conn_id c, const open_info& info) noexcept override;
   void on_message(conn_id c, message& m) noexcept override;
   void on_close(conn_id c) noexcept override;
-  std::uint32_t expiry(conn_id c) const noexcept override { return _tokens_on ? _sessions.get(c).exp : 0; }
+  std::uint32_t expiry(conn_id c) const noexcept override { return _tokens ? _sessions.get(c).exp : 0; }
   void on_expired(conn_id c) noexcept override;
   void on_tick(std::uint32_t tick) noexcept override;
 
@@ -42,6 +45,7 @@ class session final : public application {
   void client_sub(conn_id c) noexcept;
   void client_unsub(conn_id c) noexcept;
   void client_pub(conn_id c) noexcept;
+  void client_auth(conn_id c) noexcept;
   void client_error(conn_id c, proto::client_error e, std::string_view topic) noexcept;
   template <class Encode>
   bool reply(conn_id c, std::size_t bound, Encode&& encode) noexcept;
@@ -49,7 +53,7 @@ class session final : public application {
   proto::grants_view grants_of(conn_id c, bool pub) const noexcept;
 
   const session_options& _o;
-  const bool _tokens_on;
+  const proto::jwt_verifier* const _tokens;
   const bool _expire_history;
   hub& _hub;
   fanout& _fanout;
@@ -58,6 +62,8 @@ class session final : public application {
   proto::envelope_parser _parser;
   std::unique_ptr<proto::envelope> _env;
   std::vector<pool::frame_ref> _replay;  // scratch: a sub's replayed events
+  std::string _names;                    // scratch: topic names an auth removes (the registry forgets them)
+  std::vector<std::string_view> _gone;   // scratch: views into _names
 };
 
 }  // namespace wspush::server::pubsub

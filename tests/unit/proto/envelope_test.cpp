@@ -323,10 +323,41 @@ TEST_CASE("envelope: encode_subbed, encode_unsubbed, encode_error, encode_publis
   CHECK(str(reparse(p, published), "id") == "18");
 }
 
+TEST_CASE("envelope: auth carries a token; pong carries nothing", "[envelope]") {
+  fixture f;
+  f.parser = envelope_parser(64 * 1024);  // the pub/sub default: room for the longest token
+  REQUIRE(f.parse(R"({"op":"auth","token":"aaa.bbb.ccc"})").ok());
+  CHECK(f.env.op == client_op::auth);
+  CHECK(f.env.token == "aaa.bbb.ccc");
+  CHECK(f.env.topic_count == 0);
+  REQUIRE(f.parse(R"({"token":"t\u0031","op":"auth","topics":["x"]})").ok());  // escaped, other fields ignored
+  CHECK(f.env.token == "t1");
+  CHECK(f.env.topic_count == 0);
+  REQUIRE(f.parse(R"({"op":"pong"})").ok());
+  CHECK(f.env.op == client_op::pong);
+  CHECK(f.env.token.empty());  // nothing left over from the previous message
+  CHECK(f.error_of(R"({"op":"auth"})") == client_error::bad_request);
+  CHECK(f.error_of(R"({"op":"auth","token":""})") == client_error::bad_request);
+  CHECK(f.error_of(R"({"op":"auth","token":5})") == client_error::bad_request);
+  CHECK(f.error_of(R"({"op":"auth","token":")" + std::string(4097, 't') + "\"}") == client_error::bad_request);
+  CHECK(f.parse(R"({"op":"auth","token":")" + std::string(4096, 't') + "\"}").ok());
+  CHECK(f.error_of(R"({"op":"auth","token":"a","token":"b"})") == client_error::bad_request);
+}
+
+TEST_CASE("envelope: encode_authed", "[envelope][encode]") {
+  simdjson::dom::parser p;
+  const std::array<std::string_view, 2> gone = {"mailbox:42", "team:a"};
+  const auto authed = check_sizes([&](std::span<char> b) { return encode_authed(1735689600, gone, b); });
+  CHECK(authed == R"({"op":"authed","exp":1735689600,"unsubbed":["mailbox:42","team:a"]})");
+  CHECK(strs(reparse(p, authed), "unsubbed") == std::vector<std::string>{"mailbox:42", "team:a"});
+  CHECK(check_sizes([&](std::span<char> b) { return encode_authed(0, {}, b); }) == R"({"op":"authed","exp":0,"unsubbed":[]})");
+}
+
 TEST_CASE("envelope: error names", "[envelope]") {
   CHECK(client_error_name(client_error::forbidden) == "forbidden");
   CHECK(client_error_name(client_error::too_many_topics) == "too_many_topics");
   CHECK(client_error_name(client_error::unknown_op) == "unknown_op");
+  CHECK(client_error_name(client_error::unauthorized) == "unauthorized");
 }
 
 TEST_CASE("no allocation: envelope parse and encoders once warm", "[alloc][envelope]") {

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,7 +45,8 @@ class fake_conns final : public conn_ops {
   }
   void close(conn_id c, proto::close_code code) noexcept override { closed[c] = std::uint16_t(code); }
   bool is_open(conn_id c) const noexcept override { return !closed.count(c); }
-  void expiry_changed(conn_id) noexcept override {}
+  void expiry_changed(conn_id) noexcept override { ++expiry_changes; }
+  int expiry_changes = 0;
   std::uint8_t app_bits(conn_id c) const noexcept override { return bits.count(c) ? bits.at(c) : 0; }
   void set_app_bits(conn_id c, std::uint8_t v) noexcept override { bits[c] = v; }
   pool::buffer_pool& buffers() noexcept override { return _b; }
@@ -77,10 +79,11 @@ struct fixture {
   fanout f{l, 64, h.events().part_count(), registry_options{8, 128, 1}};
   direct_port port;
   fake_conns conns{buffers};
+  proto::jwt_verifier verifier{"session-test-secret"};
   session s;
 
   explicit fixture(bool tokens, session_options o = {})
-      : opts(o), s(opts, tokens, h, f, 64 * 1024, true) {
+      : opts(o), s(opts, tokens ? &verifier : nullptr, h, f, 64 * 1024, true) {
     port.f = &f;
     h.attach({&port});
     s.bind(conns);
@@ -204,4 +207,63 @@ TEST_CASE("session: a closed connection leaves no subscription behind; its slot 
   CHECK(x.s.expiry(1) == 0);
   x.publish("a", "1");
   CHECK(x.got(1).size() == 1);  // only the subbed from before
+}
+
+namespace {
+std::string mint(proto::jwt_verifier& v, const std::string& claims) {
+  char buf[4096];
+  std::size_t n = v.mint(claims, buf);
+  REQUIRE(n > 0);
+  return {buf, n};
+}
+std::int64_t now_s() { return std::int64_t(std::time(nullptr)); }
+}  // namespace
+
+TEST_CASE("session: auth replaces grants and expiry in-band and unsubscribes what they no longer allow") {
+  fixture x(true);
+  x.open(1, compact({"mailbox:42", "team:*"}), {}, now_s() + 60);
+  x.say(1, R"({"op":"sub","topics":["mailbox:42","team:a","team:b"]})");
+  REQUIRE(x.f.registry().subscription_count() == 3);
+  const std::int64_t exp = now_s() + 3600;
+  x.say(1, R"({"op":"auth","token":")" + mint(x.verifier, R"({"exp":)" + std::to_string(exp) +
+                                                              R"(,"topics":["team:a","news:*"]})") + "\"}");
+  const std::string& reply = x.got(1).back();
+  CHECK(reply.rfind(R"({"op":"authed","exp":)" + std::to_string(exp) + R"(,"unsubbed":[)", 0) == 0);
+  CHECK(reply.find(R"("mailbox:42")") != std::string::npos);
+  CHECK(reply.find(R"("team:b")") != std::string::npos);
+  CHECK(reply.find(R"("team:a")") == std::string::npos);
+  CHECK(x.f.registry().subscription_count() == 1);
+  CHECK(x.s.expiry(1) == std::uint32_t(exp));
+  CHECK(x.conns.expiry_changes == 1);  // the connection's deadline follows the new exp
+  x.say(1, R"({"op":"sub","topics":["news:x"]})");  // granted now
+  CHECK(x.got(1).back() == R"({"op":"subbed","topics":["news:x"],"lost":[]})");
+  x.publish("team:b", "1");
+  CHECK(x.got(1).back() == R"({"op":"subbed","topics":["news:x"],"lost":[]})");  // no longer subscribed
+}
+
+TEST_CASE("session: a refused auth changes nothing; without tokens auth is a bad request") {
+  fixture x(true);
+  x.open(1, compact({"mailbox:42"}), {}, now_s() + 60);
+  x.say(1, R"({"op":"sub","topics":["mailbox:42"]})");
+  proto::jwt_verifier other("another secret");
+  for (std::string token : {std::string("not.a.jwt"), mint(other, R"({"exp":4000000000,"topics":["*"]})"),
+                            mint(x.verifier, R"({"exp":1000,"topics":["*"]})"),  // expired
+                            mint(x.verifier, R"({"exp":4000000000,"nbf":)" + std::to_string(now_s() + 500) +
+                                                 R"(,"topics":["*"]})")}) {  // not valid yet
+    x.say(1, R"({"op":"auth","token":")" + token + "\"}");
+    CHECK(x.got(1).back() == R"({"op":"error","code":"unauthorized"})");
+  }
+  CHECK(x.f.registry().subscription_count() == 1);
+  CHECK(x.s.expiry(1) == std::uint32_t(now_s() + 60));
+  CHECK(x.conns.expiry_changes == 0);
+  x.say(1, R"({"op":"sub","topics":["other"]})");
+  CHECK(x.got(1).back() == R"({"op":"error","code":"forbidden","topic":"other"})");
+
+  fixture open(false);
+  open.open(2);
+  open.say(2, R"({"op":"auth","token":"a.b.c"})");
+  CHECK(open.got(2).back() == R"({"op":"error","code":"bad_request"})");
+  const std::size_t before = open.got(2).size();
+  open.say(2, R"({"op":"pong"})");  // the heartbeat's answer: no reply
+  CHECK(open.got(2).size() == before);
 }
