@@ -152,16 +152,7 @@ bool is_valid_key(std::string_view key) noexcept {
 
 // ---- token ----------------------------------------------------------------------------------
 
-std::string_view query_token(std::string_view query) noexcept {
-  constexpr std::string_view key = "token=";
-  while (!query.empty()) {
-    const bool match = query.substr(0, key.size()) == key;
-    if (match) query.remove_prefix(key.size());
-    const std::string_view item = next_item(query, '&');
-    if (match && !item.empty()) return item;
-  }
-  return {};
-}
+std::string_view query_token(std::string_view query) noexcept { return query_value(query, "token"); }
 
 /// `a=b; wspush_token=XYZ; c=d` → XYZ (without surrounding quotes). Items are compared in
 /// place, not split: a browser's Cookie header can be long and hold many of them.
@@ -241,6 +232,10 @@ bool note_header(std::string_view name, std::string_view raw, upgrade_request& o
     case 10:
       if (!iequals_name(name, "connection")) return false;
       f.connection_upgrade |= list_has_token(raw, "upgrade");
+      return true;
+    case 13:
+      if (!iequals_name(name, "if-none-match")) return false;
+      if (out.if_none_match.empty()) out.if_none_match = trim_ows(raw);
       return true;
     case 17:
       if (!iequals_sec_name(name, "sec-websocket-key")) return false;
@@ -354,6 +349,16 @@ walk_result walk_head(std::string_view bytes, std::size_t limit, upgrade_request
 
 
 }  // namespace
+
+std::string_view query_value(std::string_view query, std::string_view name) noexcept {
+  while (!query.empty()) {
+    const bool match = query.size() > name.size() && query.substr(0, name.size()) == name && query[name.size()] == '=';
+    if (match) query.remove_prefix(name.size() + 1);
+    const std::string_view item = next_item(query, '&');
+    if (match && !item.empty()) return item;
+  }
+  return {};
+}
 
 struct upgrade_parser::scan_result {
   upgrade_result result;  // need_more or error when not found

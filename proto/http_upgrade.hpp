@@ -15,6 +15,7 @@ namespace wspush::proto {
 /// Only the fields up to what the outcome covers are set (e.g. `key` only for websocket).
 struct upgrade_request {
   std::string_view method, target, path, query, host, key, version, origin, protocol;
+  std::string_view if_none_match;  // a plain GET's conditional (the first one)
   std::string_view token;  // `token` query parameter, else the `wspush_token` cookie; empty if neither
 };
 
@@ -42,6 +43,10 @@ struct upgrade_result {
 ///   426; `Sec-WebSocket-Key` missing, repeated or not base64 of 16 bytes → 400.
 /// The `token` query value and cookie value are returned as on the wire (not percent-decoded;
 /// a JWT needs no decoding), a cookie value without its surrounding quotes.
+/// The value of the first `name=value` item of a query string (`a=1&heartbeat=1`), as on the
+/// wire; empty if there is none (or it is empty).
+std::string_view query_value(std::string_view query, std::string_view name) noexcept;
+
 class upgrade_parser {
  public:
   explicit upgrade_parser(std::uint32_t max_request_bytes = 8192) noexcept : _max(max_request_bytes) {}

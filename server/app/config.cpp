@@ -223,6 +223,7 @@ config parse_config(int argc, char** argv) {
   if (c.session.allow_client_publish && !c.auth_none)
     throw config_error("--allow-client-publish is for --auth=none; with tokens the `pub` claim decides who may publish");
   if (c.conn.max_frame_bytes > c.conn.max_message_bytes) c.conn.max_frame_bytes = c.conn.max_message_bytes;
+  c.conn.text_heartbeat = c.mode == app_mode::pubsub;
   return c;
 }
 

@@ -26,6 +26,10 @@ struct conn_options {
   double message_timeout = 30;  ///< a frame or message started and not finished by then: 1008
   double ping_interval = 30;    ///< keepalive: ping a connection silent this long
   double pong_timeout = 10;     ///< and close it if nothing arrives within this after the ping
+  /// A client that connects with `?heartbeat=1` gets the keepalive as a text message
+  /// `{"op":"ping"}` (a page can see it; browsers hide ping frames) when the application's
+  /// protocol has an answer for it (pub/sub: `{"op":"pong"}`).
+  bool text_heartbeat = false;
 };
 
 /// The pub/sub session (pubsub/session.hpp).

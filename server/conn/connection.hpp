@@ -41,6 +41,7 @@ enum conn_flag : std::uint16_t {
   flag_timer_exp = 1 << 9,      // the armed deadline is the application's expiry
   flag_counted_out = 1 << 10,   // already left the --max-connections count
   flag_app_open = 1 << 11,      // the application accepted it (on_open): on_close is owed
+  flag_text_heartbeat = 1 << 12,  // keepalive as the text `{"op":"ping"}` (?heartbeat=1)
   // Bits 13..15 belong to the application (conn_ops::app_bits).
   flag_app_shift = 13,
   flag_app_mask = 7 << 13,
@@ -59,6 +60,7 @@ struct upgrade_job {
   // The token's grants (compact form) the worker appends after the request bytes, and its exp.
   std::uint32_t grants_at = 0, topics_len = 0, pub_len = 0;
   std::int64_t exp = 0;
+  bool heartbeat = false;      // ?heartbeat=1: keepalive as text
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   const char* reason = "";     // static text for the error body
   std::uint32_t reason_len = 0;

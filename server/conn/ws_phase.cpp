@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "proto/envelope.hpp"
 #include "server/base/clock.hpp"
 #include "server/base/log.hpp"
 #include "server/conn/app.hpp"
@@ -244,12 +245,17 @@ void ws_phase::on_timer(std::uint32_t slot) noexcept {
   arm(slot, _c.loop().ticks_for(o.pong_timeout));
 }
 
+/// The keepalive: a ping frame, or for a client that asked for a heartbeat it can see, the text
+/// `{"op":"ping"}` (its answer, or anything else it sends, counts as the pong).
 void ws_phase::queue_ping(std::uint32_t slot) noexcept {
-  pool::lease l = _c.buffers().acquire(2);
+  const bool text = _c.at(slot).flags & flag_text_heartbeat;
+  const std::string_view payload = text ? proto::heartbeat_ping : std::string_view{};
+  pool::lease l = _c.buffers().acquire(2 + payload.size());
   if (!l) return;
-  l.data()[0] = 0x80 | std::uint8_t(proto::opcode::ping);
-  l.data()[1] = 0;
-  l.set_size(2);
+  l.data()[0] = 0x80 | std::uint8_t(text ? proto::opcode::text : proto::opcode::ping);
+  l.data()[1] = std::uint8_t(payload.size());
+  if (text) std::memcpy(l.data() + 2, payload.data(), payload.size());
+  l.set_size(2 + payload.size());
   _c.queue(slot, pool::frame_ref::adopt(std::move(l)));
 }
 
