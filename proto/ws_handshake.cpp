@@ -57,8 +57,11 @@ std::size_t encode_switching_protocols(std::string_view client_key, std::span<ch
 std::size_t encode_http_response_typed(std::uint16_t status, std::string_view content_type, std::span<char> out,
                                        std::string_view body, std::string_view extra_headers) noexcept {
   writer w(out);
-  w << "HTTP/1.1 " << std::size_t{status} << " " << status_reason(status) << "\r\nContent-Type: " << content_type
-    << "\r\nContent-Length: " << body.size() << "\r\nConnection: close\r\n";
+  w << "HTTP/1.1 " << std::size_t{status} << " " << status_reason(status) << "\r\n";
+  // A 304 has no content, and its Content-Length would have to be the full response's (RFC
+  // 9110 §8.6): say neither.
+  if (status != 304) w << "Content-Type: " << content_type << "\r\nContent-Length: " << body.size() << "\r\n";
+  w << "Connection: close\r\n";
   if (status == 426) w << "Sec-WebSocket-Version: 13\r\n";
   w << extra_headers << "\r\n" << body;
   return w.size();

@@ -29,7 +29,8 @@ inline constexpr std::size_t switching_protocols_size = 129;
 std::size_t encode_http_response(std::uint16_t status, std::span<char> out, std::string_view body = {},
                                  std::string_view extra_headers = {}) noexcept;
 
-/// Same with another Content-Type (e.g. "application/javascript" for /wspush.js).
+/// Same with another Content-Type (e.g. "text/javascript" for /wspush.js). A 304 gets neither
+/// Content-Type nor Content-Length, and `body` must be empty.
 std::size_t encode_http_response_typed(std::uint16_t status, std::string_view content_type, std::span<char> out,
                                        std::string_view body = {}, std::string_view extra_headers = {}) noexcept;
 

@@ -23,6 +23,7 @@
 #include "server/app/shard.hpp"
 #include "server/base/log.hpp"
 #include "server/net/socket_ops.hpp"
+#include "server/web/site.hpp"
 
 using namespace wspush::server;
 
@@ -130,7 +131,8 @@ int run(const config& cfg) {
   std::optional<wspush::proto::jwt_verifier> tokens;
   if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
   std::unique_ptr<wspush::server::pubsub::hub> hub = make_hub(cfg, buffers);
-  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get()};
+  const wspush::server::web::site site;
+  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site};
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;

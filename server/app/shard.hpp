@@ -15,6 +15,7 @@
 #include "server/app/config.hpp"
 #include "server/conn/app.hpp"
 #include "server/conn/connections.hpp"
+#include "server/conn/static_site.hpp"
 #include "server/conn/upgrade_runner.hpp"
 #include "server/net/transport_tcp.hpp"
 #include "server/pubsub/fanout.hpp"
@@ -30,6 +31,7 @@ struct shard_shared {
   pool::buffer_pool& buffers;
   const proto::jwt_verifier* tokens;  // null with --auth=none
   pubsub::hub* hub;                   // null in echo mode
+  const static_site* site;            // the demo page and the client; null: none served
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
 };
 

@@ -50,6 +50,8 @@ class connections final : public loop_handler,
 
   /// Where upgrades run (before the first connection).
   void set_upgrade_runner(upgrade_runner& r) noexcept { _http.set_runner(r); }
+  /// The static files plain GETs get (the demo page, the client); without, they get 404.
+  void set_static_site(const static_site& s) noexcept { _http.set_site(s); }
   const conn_counters& counters() const noexcept { return _n; }
   std::uint32_t size() const noexcept { return _table.size(); }
 

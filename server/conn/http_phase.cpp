@@ -4,10 +4,12 @@
 #include "server/conn/http_phase.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "proto/ws_handshake.hpp"
 #include "server/conn/connections.hpp"
+#include "server/conn/static_site.hpp"
 #include "server/conn/upgrade_runner.hpp"
 #include "server/conn/ws_phase.hpp"
 
@@ -31,9 +33,11 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
     case proto::upgrade_outcome::need_more: return;
     case proto::upgrade_outcome::error: return answer(slot, r.status, r.reason);
     case proto::upgrade_outcome::plain_http:
-      if (req.path != _c.options().ws_path) return answer(slot, 404, "not found\n");
-      return answer(slot, 426, "This is a WebSocket endpoint: connect with Upgrade: websocket\n",
-                    "Upgrade: websocket\r\n");
+      if (req.path == _c.options().ws_path)
+        return answer(slot, 426, "This is a WebSocket endpoint: connect with Upgrade: websocket\n",
+                      "Upgrade: websocket\r\n");
+      if (const static_file* f = _site ? _site->find(req.path) : nullptr) return serve(slot, *f, req.method, req.if_none_match);
+      return answer(slot, 404, "not found\n");
     case proto::upgrade_outcome::websocket: {
       if (req.path != _c.options().ws_path) return answer(slot, 404, "not found: WebSocket clients connect to the server's --ws-path\n");
       auto offset = [&](std::string_view part) {
@@ -42,6 +46,7 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
       job->consumed = std::uint32_t(r.consumed);
       job->key_at = offset(req.key), job->key_len = std::uint32_t(req.key.size());
       job->token_at = offset(req.token), job->token_len = std::uint32_t(req.token.size());
+      job->heartbeat = _c.options().text_heartbeat && proto::query_value(req.query, "heartbeat") == "1";
       return dispatch(slot);
     }
   }
@@ -93,6 +98,7 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
   pool::lease response = _c.buffers().acquire(j.response_len);
   if (!response || !_c.app().on_open(slot, info)) return answer(slot, 500, "internal error\n");
   _c.opened(slot);
+  if (j.heartbeat) _c.at(slot).flags |= flag_text_heartbeat;
   std::memcpy(response.data(), j.response, j.response_len);
   response.set_size(j.response_len);
   connection& c = _c.at(slot);
@@ -106,7 +112,22 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
     _ws.on_bytes(slot, early.bytes());
 }
 
+/// A static file: 200 with its ETag, or 304 when the client already holds that version. The
+/// connection ends after it (browsers open another for the next file: there are three).
+void http_phase::serve(std::uint32_t slot, const static_file& f, std::string_view method,
+                       std::string_view if_none_match) noexcept {
+  if (method != "GET") return answer(slot, 405, "only GET here\n", "Allow: GET\r\n");
+  char headers[160];
+  const int n = std::snprintf(headers, sizeof headers, "ETag: %.*s\r\nCache-Control: no-cache\r\n",
+                              int(f.etag.size()), f.etag.data());
+  const std::string_view extra(headers, n > 0 && std::size_t(n) < sizeof headers ? std::size_t(n) : 0);
+  const bool fresh = if_none_match == "*" || (!if_none_match.empty() && if_none_match.find(f.etag) != std::string_view::npos);
+  if (fresh) return answer(slot, 304, {}, extra, f.content_type);
+  answer(slot, 200, f.body, extra, f.content_type);
+}
+
 void http_phase::count_refusal(std::uint16_t status) noexcept {
+  if (status < 400) return;  // a static file served
   conn_counters& n = _c.counters_mut();
   if (status == 401) n.upgrades_unauthorized.add();
   else if (status == 503) n.upgrades_over_capacity.add();
@@ -115,11 +136,12 @@ void http_phase::count_refusal(std::uint16_t status) noexcept {
 }
 
 void http_phase::answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
-                        std::string_view extra_headers) noexcept {
+                        std::string_view extra_headers, std::string_view content_type) noexcept {
   count_refusal(status);
-  pool::lease l = _c.buffers().acquire(512 + body.size());
-  std::size_t n = l ? proto::encode_http_response(status, {reinterpret_cast<char*>(l.data()), l.capacity()}, body,
-                                                  extra_headers)
+  pool::lease l = _c.buffers().acquire(512 + body.size() + extra_headers.size());
+  std::size_t n = l ? proto::encode_http_response_typed(status, content_type,
+                                                        {reinterpret_cast<char*>(l.data()), l.capacity()}, body,
+                                                        extra_headers)
                     : 0;
   if (n == 0) return _c.close_now(slot);
   l.set_size(n);

@@ -15,6 +15,8 @@
 namespace wspush::server {
 
 class connections;
+class static_site;
+struct static_file;
 class upgrade_runner;
 class ws_phase;
 
@@ -22,6 +24,8 @@ class http_phase {
  public:
   http_phase(connections& c, ws_phase& ws) noexcept : _c(c), _ws(ws) {}
   void set_runner(upgrade_runner& r) noexcept { _runner = &r; }
+  /// The files plain GETs are answered from (none: every path but the WebSocket one is 404).
+  void set_site(const static_site& s) noexcept { _site = &s; }
 
   /// Request bytes for a connection in `upgrading`.
   void on_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept;
@@ -37,15 +41,18 @@ class http_phase {
   static constexpr std::uint32_t max_early_bytes = 4u << 20;
   /// Answers with an HTTP status and closes (after the answer is out and the peer is done).
   void answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
-              std::string_view extra_headers = {}) noexcept;
+              std::string_view extra_headers = {}, std::string_view content_type = "text/plain") noexcept;
 
  private:
   void dispatch(std::uint32_t slot) noexcept;
+  void serve(std::uint32_t slot, const struct static_file& f, std::string_view method,
+             std::string_view if_none_match) noexcept;
   void count_refusal(std::uint16_t status) noexcept;
 
   connections& _c;
   ws_phase& _ws;
   upgrade_runner* _runner = nullptr;
+  const static_site* _site = nullptr;
   bool _held_back = false;  // the runner holds jobs back: accepting stays paused
 };
 

@@ -130,7 +130,7 @@ struct running_shard {
     port = std::uint16_t(std::stoi(local_name(listen_fd).substr(10)));
     if (mode != app_mode::echo)
       hub = std::make_unique<pubsub::hub>(pubsub::history_options{.size_per_topic = 10, .epoch = "t"}, buffers);
-    shared.reset(new shard_shared{cfg, tasks, buffers, nullptr, hub.get()});
+    shared.reset(new shard_shared{cfg, tasks, buffers, nullptr, hub.get(), nullptr});
     s = std::make_unique<shard>(*shared, 0, listen_fd);
     if (hub) hub->attach({s->port()});
     std::string why;
