@@ -32,7 +32,28 @@ def plain_get(port: int) -> None:
     expect_status(port, b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 426, "GET without Upgrade")
     expect_status(port, b"GET /ws?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n", 426,
                   "GET /ws without Upgrade")
-    expect_status(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404, "GET / (not the WebSocket path)")
+    expect_status(port, b"GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404, "GET /other (not the WebSocket path)")
+
+
+def static_files(port: int) -> None:
+    """The demo page and the client: Content-Type, Cache-Control and an ETag; a conditional GET
+    with that ETag gets 304 and no body; other methods 405."""
+    for path, kind, marker in [("/", "text/html", b"<title>wspush"), ("/wspush.mjs", "text/javascript", b"export {"),
+                               ("/wspush.js", "text/javascript", b"globalThis.WsPush = WsPush")]:
+        r = expect_status(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode(), 200, f"GET {path}")
+        check(r.headers["content-type"][0].startswith(kind), f"{path}: Content-Type {r.headers['content-type']}")
+        check(r.headers["cache-control"] == ["no-cache"], f"{path}: Cache-Control {r.headers.get('cache-control')}")
+        etag = r.headers["etag"][0]
+        check(etag.startswith('"') and etag.endswith('"') and len(etag) > 4, f"{path}: ETag {etag!r}")
+        check(marker in r.body, f"{path}: the body lacks {marker!r}")
+        check(int(r.headers["content-length"][0]) == len(r.body), f"{path}: Content-Length does not match")
+        again = expect_status(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nIf-None-Match: {etag}\r\n\r\n".encode(),
+                              304, f"conditional GET {path}")
+        check(again.body == b"" and again.headers["etag"] == [etag], f"{path}: 304 with a body or another ETag")
+        expect_status(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nIf-None-Match: \"stale\"\r\n\r\n".encode(),
+                      200, f"GET {path} with a stale ETag")
+        expect_status(port, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n".encode(), 405,
+                      f"POST {path}")
 
 
 def only_ws_path(port: int, ws_path: str = "/ws") -> None:
@@ -141,6 +162,7 @@ def run(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="echo", quiet=not args.verbose) as server:
         run_step("plain GET -> 426 on the WebSocket path, 404 elsewhere", plain_get, server.port)
         run_step("the upgrade only on --ws-path", only_ws_path, server.port)
+        run_step("static files: Content-Type, Cache-Control, ETag, 304", static_files, server.port)
         run_step("NUL, bare CR, DEL in headers the upgrade does not use -> 400", unused_header_controls, server.port)
         run_step("an upgrade with up to 1 MiB of frames in the same write: 101, then every frame", frames_behind_request,
                  server.port)

@@ -11,6 +11,7 @@ import WebSocket from 'ws';
 export const SKIP_EXIT = 77;
 const LISTEN_RE = /listening on ([0-9.]+):(\d+)/;
 const BACKEND_RE = /wspush: io backend: (uring|epoll)(.*)/;
+const ADMIN_RE = /admin API at ([0-9.]+):(\d+)/;
 
 export class TestFailure extends Error {}
 export class Skip extends Error {}
@@ -56,15 +57,18 @@ process.on('exit', () => { for (const s of liveServers) s.kill(); });
 
 /** One wspush process on 127.0.0.1 with an OS-chosen port. */
 export class Server {
-  constructor({ server, io = 'epoll', mode = 'echo', extra = [], env = {}, allowFallback = false, verbose = false }) {
-    Object.assign(this, { binary: server, io, mode, extra, env, allowFallback, verbose });
+  /** `jwtSecret`: tokens required (else --auth=none); `listen`: ADDR:PORT (default any free port). */
+  constructor({ server, io = 'epoll', mode = 'echo', extra = [], env = {}, allowFallback = false, verbose = false,
+    jwtSecret = null, listen = '127.0.0.1:0' }) {
+    Object.assign(this, { binary: server, io, mode, extra, env, allowFallback, verbose, jwtSecret, listen });
     this.log = [];
     this.waiters = [];
     this.exited = null;
   }
 
   command() {
-    const args = ['--listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0', `--mode=${this.mode}`, `--io=${this.io}`, '--auth=none', ...this.extra];
+    const auth = this.jwtSecret ? ['--jwt-secret', this.jwtSecret] : ['--auth=none'];
+    const args = ['--listen', this.listen, '--admin-listen', '127.0.0.1:0', `--mode=${this.mode}`, `--io=${this.io}`, ...auth, ...this.extra];
     const base = this.binary.endsWith('.py') ? ['/usr/bin/python3', this.binary] : [this.binary];
     const wrap = existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--'] : [];
     return [...wrap, ...base, ...args];
@@ -92,6 +96,8 @@ export class Server {
     });
     const match = await this.waitForLog(LISTEN_RE, timeoutSeconds, "the 'listening on' line");
     this.port = Number(match[2]);
+    const admin = this.log.map((l) => ADMIN_RE.exec(l)).find((m) => m);
+    this.adminPort = admin ? Number(admin[2]) : null;
     this.checkBackend();
     return this;
   }

@@ -57,6 +57,10 @@ class HttpResponse(NamedTuple):
         values = self.headers.get(name.lower())
         return values[0] if values else None
 
+    @property
+    def body(self) -> bytes:
+        return self.raw.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in self.raw else b""
+
 
 def parse_http_head(data: bytes) -> tuple[int, str, dict]:
     head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
