@@ -78,6 +78,11 @@ void check_success(const envelope& e, std::string_view input) {
     WSPUSH_FUZZ_CHECK(n > 0 && n <= event_size_bound(e.topic, "id", e.data));
     const auto ev = dom_verdict({out.data(), n});
     WSPUSH_FUZZ_CHECK(ev == simdjson::SUCCESS || dom_unsure(ev));
+  } else if (e.op == client_op::auth) {
+    WSPUSH_FUZZ_CHECK(!e.token.empty() && e.token.size() <= max_auth_token_bytes);
+    check_view(e.token, input, escape);
+  } else if (e.op == client_op::pong) {
+    WSPUSH_FUZZ_CHECK(e.topic_count == 0);
   } else {
     WSPUSH_FUZZ_CHECK(e.topic_count >= 1);
     std::vector<std::string_view> lost;
