@@ -78,7 +78,10 @@ void connections::refuse_over_capacity(int fd) noexcept {
 void connections::on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept {
   if (lookup(t) == no_index) return;
   _n.bytes_in.add(bytes.size());
-  _transport.on_received(t, bytes, *this);
+  if (!_transport.on_received(t, bytes, *this)) {
+    std::uint32_t slot = lookup(t);  // the plaintext may have closed it already
+    if (slot != no_index) close_now(slot);
+  }
 }
 
 void connections::on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noexcept {
@@ -100,6 +103,7 @@ void connections::on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noex
 void connections::on_read_end(conn_token t, int) noexcept {
   std::uint32_t slot = lookup(t);
   if (slot == no_index || _table.at(slot).state == conn_state::dead) return;
+  _transport.on_read_end(t);
   close_now(slot);  // end of stream or error: nothing more will arrive
 }
 
@@ -116,6 +120,7 @@ void connections::on_timer(std::uint32_t slot) noexcept {
     case conn_state::upgrade_pending:
       _n.upgrades_timeout.add();
       _n.timeouts.add();
+      _transport.on_timeout(token_of(slot));
       close_now(slot);
       break;
     case conn_state::closing:
@@ -195,7 +200,7 @@ void connections::flush(std::uint32_t slot) noexcept {
   if (c.flags & (flag_send_in_flight | flag_wait_writable)) return;
   while (!c.tx.empty()) {
     std::size_t offered = 0;
-    int n = c.tx.gather(_iov, offered);
+    int n = c.tx.gather(_iov, offered, _transport.max_send_bytes());
     _n.sends.add();
     send_result r = _transport.send(c.fd, token_of(slot), _iov.data(), n);
     if (r.outcome == send_outcome::pending) {
@@ -222,38 +227,57 @@ void connections::output_drained(std::uint32_t slot) noexcept {
   if (c.flags & flag_close_when_flushed) return close_now(slot);
   if (c.flags & flag_linger_when_flushed) {
     c.flags &= ~flag_linger_when_flushed;
-    _transport.shutdown_write(c.fd);
+    _transport.shutdown_write(c.fd, token_of(slot));
   }
 }
 
 void connections::on_send_done(conn_token t, int res) noexcept {
+  // The transport hears of every completion first: some are its own writes (a TLS handshake
+  // record), and it may still have bytes of a closed connection in flight.
+  transport_event e = _transport.on_sent(t, res);
   std::uint32_t slot = lookup(t);
-  if (slot == no_index) return;
-  connection& c = _table.at(slot);
-  c.flags &= ~flag_send_in_flight;
-  std::size_t offered = c.tx.in_flight();
-  if (c.state == conn_state::dead) {
-    c.tx.consume(0);  // the send is over: its frames may go
-    return release(slot);
-  }
-  long taken = _transport.on_sent(t, res);
-  if (taken < 0) {
-    c.tx.consume(0);
-    return close_now(slot);
-  }
-  _n.bytes_out.add(std::size_t(taken));
-  c.tx.consume(std::size_t(taken));
-  if (std::size_t(taken) < offered && c.state == conn_state::open &&
-      c.tx.judge(_o.max_pending_bytes, true) == out_queue::verdict::slow)
-    return close_slow_consumer(slot);
-  list(slot);  // what queued meanwhile leaves with the next send, at the end of this iteration
+  if (slot == no_index || e.kind == transport_event::in_progress) return;
+  send_ended(slot, e);
 }
 
 void connections::on_writable(conn_token t) noexcept {
   std::uint32_t slot = lookup(t);
   if (slot == no_index) return;
-  _table.at(slot).flags &= ~flag_wait_writable;
-  list(slot);
+  connection& c = _table.at(slot);
+  if (c.state == conn_state::free || c.state == conn_state::dead) return;
+  transport_event e = _transport.on_writable(c.fd, t);
+  if (e.kind == transport_event::in_progress) return;
+  if (e.kind == transport_event::writable) {
+    c.flags &= ~flag_wait_writable;
+    return list(slot);
+  }
+  send_ended(slot, e);
+}
+
+/// The transport's write made progress: the connection's pending send ended (`e.plaintext` of
+/// it taken), or the transport's own (nothing of the connection's was pending), or it failed.
+void connections::send_ended(std::uint32_t slot, const transport_event& e) noexcept {
+  connection& c = _table.at(slot);
+  const bool was_pending = c.flags & flag_send_in_flight;
+  c.flags &= ~flag_send_in_flight;
+  std::size_t offered = was_pending ? c.tx.in_flight() : 0;
+  if (c.state == conn_state::dead) {
+    if (was_pending) c.tx.consume(0);  // the send is over: its frames may go
+    if (_transport.idle(token_of(slot))) release(slot);
+    return;
+  }
+  if (e.kind == transport_event::failed) {
+    if (was_pending) c.tx.consume(0);
+    return close_now(slot);
+  }
+  if (!was_pending) return list(slot);  // the transport's own bytes: ours may follow
+  std::size_t taken = std::min(e.plaintext, offered);
+  _n.bytes_out.add(taken);
+  c.tx.consume(taken);
+  if (taken < offered && c.state == conn_state::open &&
+      c.tx.judge(_o.max_pending_bytes, true) == out_queue::verdict::slow)
+    return close_slow_consumer(slot);
+  list(slot);  // what queued meanwhile leaves with the next send, at the end of this iteration
 }
 
 send_counts connections::send_all(std::span<const conn_id> cs, const pool::frame_ref& f,
@@ -308,11 +332,13 @@ void connections::close_now(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   if (c.state == conn_state::free || c.state == conn_state::dead) return;
   _loop.cancel(slot);
-  const bool in_flight = c.flags & flag_send_in_flight;
-  if (!in_flight) leave_count(c);
   // Output it did not take: a peer that does not read. Reset, so the kernel frees the socket
   // now instead of probing a zero window for minutes.
   _transport.close(c.fd, token_of(slot), !c.tx.empty());
+  // A send still in flight (the connection's, or the transport's own) holds the slot and the
+  // count until its completion: the kernel has not let go of the socket yet.
+  const bool in_flight = (c.flags & flag_send_in_flight) || !_transport.idle(token_of(slot));
+  if (!in_flight) leave_count(c);
   c.fd = -1;
   c.drop_rx();
   set_state(slot, conn_state::dead);

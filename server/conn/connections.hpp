@@ -128,6 +128,7 @@ class connections final : public loop_handler,
   void on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noexcept override;
   void flush(std::uint32_t slot) noexcept;
   void output_drained(std::uint32_t slot) noexcept;
+  void send_ended(std::uint32_t slot, const transport_event& e) noexcept;
   bool stuck(const connection& c) const noexcept;
   void close_slow_consumer(std::uint32_t slot) noexcept;
   void release(std::uint32_t slot) noexcept;

@@ -79,18 +79,20 @@ bool out_queue::push_pong(pool::buffer_pool& pool, std::span<const std::uint8_t>
   return true;
 }
 
-int out_queue::gather(std::span<iovec> iov, std::size_t& offered) const noexcept {
+int out_queue::gather(std::span<iovec> iov, std::size_t& offered, std::size_t max_bytes) const noexcept {
   offered = 0;
   if (!_block) return 0;
   const header& h = head();
   int n = int(std::min<std::size_t>(h.count, iov.size()));
-  for (int k = 0; k < n; ++k) {
+  int k = 0;
+  for (; k < n; ++k) {
     auto b = at(std::uint32_t(k)).bytes();
     std::size_t skip = k == 0 ? h.offset : 0;
+    if (k > 0 && offered + (b.size() - skip) > max_bytes) break;  // the first goes whatever its size
     iov[k] = {const_cast<std::uint8_t*>(b.data()) + skip, b.size() - skip};
     offered += b.size() - skip;
   }
-  return n;
+  return k;
 }
 
 void out_queue::sending(std::size_t offered, std::uint64_t turn) noexcept {

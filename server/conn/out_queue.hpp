@@ -48,8 +48,9 @@ class out_queue {
   bool push_pong(pool::buffer_pool& pool, std::span<const std::uint8_t> payload) noexcept;
 
   /// Fills `iov` with the unsent bytes, oldest first; returns how many entries, and the bytes
-  /// they cover in `offered`. The iovecs stay valid while the frames are queued.
-  int gather(std::span<iovec> iov, std::size_t& offered) const noexcept;
+  /// they cover in `offered`, at most `max_bytes` of them unless the first frame alone is more.
+  /// The iovecs stay valid while the frames are queued.
+  int gather(std::span<iovec> iov, std::size_t& offered, std::size_t max_bytes = SIZE_MAX) const noexcept;
   /// An asynchronous send of the first `offered` unsent bytes was issued in loop turn `turn`:
   /// those frames must not change or go until it ends (consume() ends it).
   void sending(std::size_t offered, std::uint64_t turn) noexcept;

@@ -12,7 +12,7 @@ bool tcp_transport::open(int fd, conn_token t) noexcept {
   return _io.start_reading(fd, t);
 }
 
-void tcp_transport::shutdown_write(int fd) noexcept { ::shutdown(fd, SHUT_WR); }
+void tcp_transport::shutdown_write(int fd, conn_token) noexcept { ::shutdown(fd, SHUT_WR); }
 
 void tcp_transport::close(int fd, conn_token t, bool abort) noexcept {
   if (abort) {

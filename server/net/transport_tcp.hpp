@@ -12,17 +12,21 @@ class tcp_transport final : public transport {
   const char* name() const noexcept override { return "tcp"; }
 
   bool open(int fd, conn_token t) noexcept override;
-  void on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept override {
+  bool on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept override {
     up.on_plaintext(t, bytes);
+    return true;
   }
   void pause_reading(int fd, conn_token t) noexcept override { _io.stop_reading(fd, t); }
   void resume_reading(int fd, conn_token t) noexcept override { _io.start_reading(fd, t); }
   send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept override {
     return _io.send(fd, t, iov, iovcnt);
   }
-  long on_sent(conn_token, int res) noexcept override { return res; }
+  transport_event on_sent(conn_token, int res) noexcept override {
+    if (res < 0) return {transport_event::failed, 0, res};
+    return {transport_event::sent, std::size_t(res)};
+  }
   void wait_writable(int fd, conn_token t) noexcept override { _io.wait_writable(fd, t); }
-  void shutdown_write(int fd) noexcept override;
+  void shutdown_write(int fd, conn_token) noexcept override;
   void close(int fd, conn_token t, bool abort) noexcept override;
 
  private:

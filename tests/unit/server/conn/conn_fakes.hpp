@@ -91,8 +91,9 @@ class fake_transport final : public transport {
     sockets[fd].room = next_room;
     return true;
   }
-  void on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept override {
+  bool on_received(conn_token t, std::span<std::uint8_t> bytes, plaintext_sink& up) noexcept override {
     up.on_plaintext(t, bytes);
+    return true;
   }
   void pause_reading(int fd, conn_token) noexcept override { sockets[fd].reading = false; }
   void resume_reading(int fd, conn_token) noexcept override { sockets[fd].reading = true; }
@@ -111,9 +112,12 @@ class fake_transport final : public transport {
     s.wire += all.substr(0, take);
     return {send_outcome::completed, 0, take};
   }
-  long on_sent(conn_token, int res) noexcept override { return res; }
+  transport_event on_sent(conn_token, int res) noexcept override {
+    if (res < 0) return {transport_event::failed, 0, res};
+    return {transport_event::sent, std::size_t(res)};
+  }
   void wait_writable(int fd, conn_token) noexcept override { sockets[fd].wants_writable = true; }
-  void shutdown_write(int fd) noexcept override { sockets[fd].shut = true; }
+  void shutdown_write(int fd, conn_token) noexcept override { sockets[fd].shut = true; }
   void close(int fd, conn_token, bool abort) noexcept override {
     sockets[fd].closed = true;
     sockets[fd].aborted = abort;
