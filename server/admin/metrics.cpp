@@ -16,6 +16,9 @@ constexpr metric_info k_standard[] = {
     {"wspush_connections_accepted_total", mt::counter, "", "TCP connections accepted on the public listener."},
     {"wspush_upgrades_total", mt::counter, "result",
      "WebSocket upgrades by result (ok, bad_request, unauthorized, over_capacity, timeout)."},
+    {"wspush_tls_handshakes_total", mt::counter, "result",
+     "TLS handshakes on the public listener by result (ok, resumed, plain_http, bad_hello, failed, incomplete, "
+     "timeout; after one: renegotiation, truncated, bad_record)."},
     {"wspush_messages_in_total", mt::counter, "", "WebSocket messages received from clients."},
     {"wspush_messages_out_total", mt::counter, "", "WebSocket messages queued to clients (one per receiver)."},
     {"wspush_bytes_in_total", mt::counter, "", "Bytes received on WebSocket connections (frames included)."},

@@ -83,6 +83,12 @@ const std::vector<option>& options() {
            bad("ws-path", v, "a path starting with / (no query)");
          c.conn.ws_path = v;
        }},
+      {"tls-cert", "FILE", "PEM certificate (then its chain) for TLS on the public listener: wss:// and https:// (with --tls-key; reloaded on SIGHUP)",
+       [](const config& c) { return c.tls_cert.empty() ? std::string("(unset: plain ws://)") : c.tls_cert; },
+       [](config& c, std::string_view v) { c.tls_cert = v; }},
+      {"tls-key", "FILE", "PEM private key of --tls-cert",
+       [](const config& c) { return c.tls_key.empty() ? std::string("(unset)") : c.tls_key; },
+       [](config& c, std::string_view v) { c.tls_key = v; }},
       {"admin-listen", "ADDR:PORT", "admin listener: /publish, /publish/batch, /metrics, /healthz, /readyz",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
       {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",
@@ -218,6 +224,8 @@ config parse_config(int argc, char** argv) {
   if (!c.auth_none && c.jwt_secret.empty())
     throw config_error("no token secret: give --jwt-secret or --jwt-secret-file (or WSPUSH_JWT_SECRET), "
                        "or --auth=none to let anyone connect without a token");
+  if (c.tls_cert.empty() != c.tls_key.empty())
+    throw config_error("--tls-cert and --tls-key go together: give both (TLS) or neither (plain ws://)");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());
   if (c.conn.max_message_bytes == 0) c.conn.max_message_bytes = c.mode == app_mode::pubsub ? 64u << 10 : 16u << 20;
   if (c.session.allow_client_publish && !c.auth_none)

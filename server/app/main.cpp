@@ -23,6 +23,7 @@
 #include "server/app/shard.hpp"
 #include "server/base/log.hpp"
 #include "server/net/socket_ops.hpp"
+#include "server/net/tls_context.hpp"
 #include "server/web/site.hpp"
 
 using namespace wspush::server;
@@ -62,14 +63,48 @@ void log_startup(const config& cfg, const nofile_limits& nf) {
     log(log_level::info, "auth: HS256 tokens (?token= or cookie wspush_token)");
 }
 
-int wait_for_signal() {
+/// Waits for SIGTERM or SIGINT; a SIGHUP meanwhile reloads the TLS certificate.
+int wait_for_signal(wspush::server::tls_server* tls) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
+  sigaddset(&set, SIGHUP);
+  for (;;) {
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (sig != SIGHUP) return sig;
+    if (!tls) {
+      log(log_level::info, "SIGHUP: nothing to reload (no --tls-cert)");
+      continue;
+    }
+    std::string why;
+    if (tls->reload(why))
+      log(log_level::info, "SIGHUP: TLS certificate reloaded (%s); new handshakes use it, open connections continue",
+          tls->current()->description().c_str());
+    else
+      log(log_level::error, "SIGHUP: TLS certificate NOT reloaded, the old one stays in use: %s", why.c_str());
+  }
+}
+
+/// The public listener's TLS, if asked for; exits with a message when the files are unusable.
+std::unique_ptr<wspush::server::tls_server> make_tls(const config& cfg) {
+  if (cfg.tls_cert.empty()) return nullptr;
+  std::unique_ptr<wspush::server::tls_server> tls;
+  try {
+    tls = std::make_unique<wspush::server::tls_server>(wspush::server::tls_files{cfg.tls_cert, cfg.tls_key});
+  } catch (const std::exception& e) {
+    log(log_level::error, "%s", e.what());
+    std::_Exit(2);
+  }
+  log(log_level::info, "TLS: %s (TLS 1.2-1.3, ALPN http/1.1, session tickets; SIGHUP reloads)",
+      tls->current()->description().c_str());
+  std::string why;
+  if (wspush::server::kernel_tls_available(why))
+    log(log_level::info, "kernel TLS: offered by the kernel, not used yet: records are encrypted in user space");
+  else
+    log(log_level::info, "kernel TLS: not offered (%s): records are encrypted in user space", why.c_str());
+  return tls;
 }
 
 /// Starts one thread per shard; each sets up its own backend (io_uring rings belong to the
@@ -132,7 +167,8 @@ int run(const config& cfg) {
   if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
   std::unique_ptr<wspush::server::pubsub::hub> hub = make_hub(cfg, buffers);
   const wspush::server::web::site site;
-  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site};
+  std::unique_ptr<wspush::server::tls_server> tls = make_tls(cfg);
+  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get()};
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -149,6 +185,7 @@ int run(const config& cfg) {
   else log(log_level::info, "io backend: %s", shards[0]->backend_name());
   metrics_registry metrics;
   register_process_metrics(metrics, shard_ptrs, tasks);
+  if (tls) register_tls_metrics(metrics, shard_ptrs);
   no_pubsub_sink no_sink;
   std::optional<hub_sink> sink;
   if (hub && cfg.mode == app_mode::pubsub) {
@@ -158,10 +195,10 @@ int run(const config& cfg) {
   admin_server admin(admin_options_of(cfg), sink ? static_cast<publish_sink&>(*sink) : no_sink, &metrics);
   admin.start();
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
-  log(log_level::info, "listening on %s (mode=%s, threads=%u)", local_name(listeners[0]).c_str(), mode_name(cfg.mode),
-      cfg.threads);
+  log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),
+      tls ? "TLS: wss:// and https://" : "plain: ws:// and http://", mode_name(cfg.mode), cfg.threads);
 
-  int sig = wait_for_signal();
+  int sig = wait_for_signal(tls.get());
   // /readyz says 503 from now on (before the log line: whoever reads the log may ask at once);
   // the admin listener keeps answering.
   admin.set_draining(true);
@@ -200,6 +237,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {

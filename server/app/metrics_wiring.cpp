@@ -90,6 +90,14 @@ void register_lag_series(metrics_registry& m, const std::vector<shard*>& shards)
 
 }  // namespace
 
+void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards) {
+  for (std::size_t k = 0; k < std::size_t(tls_result::count_); ++k) {
+    const auto r = tls_result(k);
+    m.add_counter_fn("wspush_tls_handshakes_total", sum_over(shards, [r](const shard& s) { return s.tls_stats().get(r); }),
+                     {}, {{"result", tls_result_name(r)}});
+  }
+}
+
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub) {
   using pc = pubsub::pubsub_counters;
   pubsub::hub* h = &hub;

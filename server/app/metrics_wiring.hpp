@@ -16,6 +16,8 @@ namespace wspush::server {
 void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks);
 
 /// Registers the pub/sub series: publishes, fan-out, topics and subscriptions, history.
+/// With --tls-cert: the TLS handshake results.
+void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards);
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub);
 
 }  // namespace wspush::server

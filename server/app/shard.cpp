@@ -40,7 +40,10 @@ shard::~shard() {
 bool shard::start(std::string& why, bool& fell_back) noexcept {
   if (!_loop.start(_s.cfg.io == io_kind::uring, _listen_fd, why, fell_back)) return false;
   try {
-    _transport = std::make_unique<tcp_transport>(_loop.io());
+    if (_s.tls)
+      _transport = std::make_unique<tls_transport>(_loop.io(), *_s.tls, _s.buffers, _tls_counts);
+    else
+      _transport = std::make_unique<tcp_transport>(_loop.io());
     _conns = std::make_unique<connections>(_s.cfg.conn, _loop, *_transport, *_app, _s.buffers, _s.open_connections);
     _upgrades = std::make_unique<pool_upgrade_runner>(_loop, _s.tasks, _s.tokens, *_conns);
   } catch (const std::exception& e) {

@@ -17,7 +17,9 @@
 #include "server/conn/connections.hpp"
 #include "server/conn/static_site.hpp"
 #include "server/conn/upgrade_runner.hpp"
+#include "server/net/tls_context.hpp"
 #include "server/net/transport_tcp.hpp"
+#include "server/net/transport_tls.hpp"
 #include "server/pubsub/fanout.hpp"
 #include "server/pubsub/hub.hpp"
 #include "server/reactor/loop.hpp"
@@ -32,6 +34,7 @@ struct shard_shared {
   const proto::jwt_verifier* tokens;  // null with --auth=none
   pubsub::hub* hub;                   // null in echo mode
   const static_site* site;            // the demo page and the client; null: none served
+  const tls_server* tls = nullptr;     // the public listener's TLS; null: plain TCP
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
 };
 
@@ -59,6 +62,7 @@ class shard {
   const conn_counters& conn_stats() const noexcept { return _conns->counters(); }
   /// Null in echo mode.
   const pubsub::pubsub_counters* pubsub_stats() const noexcept { return _fanout ? &_fanout->counters() : nullptr; }
+  const tls_counters& tls_stats() const noexcept { return _tls_counts; }
 
  private:
   shard_shared& _s;
@@ -66,7 +70,8 @@ class shard {
   loop _loop;
   std::unique_ptr<pubsub::fanout> _fanout;
   std::unique_ptr<application> _app;
-  std::unique_ptr<tcp_transport> _transport;
+  tls_counters _tls_counts;
+  std::unique_ptr<transport> _transport;  // tcp_transport, or tls_transport with --tls-cert
   std::unique_ptr<connections> _conns;
   std::unique_ptr<pool_upgrade_runner> _upgrades;
 };
