@@ -8,10 +8,12 @@ the run exits non-zero if any strict case failed, 77 if `--io uring` fell back t
 
     conformance.py --server build/server/wspush --io uring [--case '6.*'] [--list]
     conformance.py --port 8080 --case '7.*'      # against a server you started yourself
+    conformance.py --server build/server/wspush --tls --case '1.*'   # over TLS (wss://), via a relay
 """
 import fnmatch
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -19,7 +21,9 @@ import casekit  # noqa: E402
 import cases_close  # noqa: E402
 import cases_framing  # noqa: E402
 import cases_utf8  # noqa: E402
-from wsp_testlib import RawWebSocket, ServerProcess, TestFailure, arg_parser, run_main  # noqa: E402
+from wsp_testlib import (RawWebSocket, ServerProcess, TestFailure, admin_port, arg_parser, run_main,  # noqa: E402
+                         scrape_metrics)
+from wsp_tls import TlsRelay, make_cert, tls_args  # noqa: E402
 
 # After a protocol error the server may no longer find our close frame in the stream; it then closes
 # TCP after --close-timeout. A short one keeps such cases quick without changing what is checked.
@@ -97,6 +101,26 @@ def main(args) -> None:
         raise TestFailure(f"no case matches {args.case}")
     if args.port:
         failed = run_all(cases, args.port, None, args.verbose)
+    elif args.tls:
+        # The cases speak plain sockets to a relay that carries each write, as it comes, to the
+        # server over TLS: the same bytes cross the server's TLS record path.
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key = make_cert(tmp)
+            with ServerProcess(args.server, io=args.io, mode="echo", extra=SERVER_OPTIONS + tls_args(cert, key),
+                               quiet=not args.verbose) as server:
+                print(f"server: {server.backend_line.strip()} (TLS, via a relay)", flush=True)
+                relay = TlsRelay(server.port, cert)
+                try:
+                    failed = run_all(cases, relay.port, server, args.verbose)
+                finally:
+                    relay.close()
+                if relay.errors:
+                    raise TestFailure("; ".join(relay.errors[:3]))
+                m = scrape_metrics(admin_port(server))
+                done = sum(m.get(f'wspush_tls_handshakes_total{{result="{r}"}}', 0) for r in ("ok", "resumed"))
+                if done < len(cases):
+                    raise TestFailure(f"{len(cases)} cases but {done:.0f} TLS handshakes: the relay was bypassed")
+                print(f"{done:.0f} TLS handshakes", flush=True)
     else:
         with ServerProcess(args.server, io=args.io, mode="echo", extra=SERVER_OPTIONS,
                            quiet=not args.verbose) as server:
@@ -114,6 +138,7 @@ def parser():
     p.add_argument("--port", type=int, default=0, help="test a server already listening on 127.0.0.1:PORT")
     p.add_argument("--case", action="append", help="only cases whose id matches this glob (repeatable)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.add_argument("--tls", action="store_true", help="start the server with a test certificate and run the cases over TLS")
     return p
 
 

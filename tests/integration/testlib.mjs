@@ -4,8 +4,9 @@
 // appears (never a sleep); every server started is killed by PID when the test exits, and through
 // `setpriv --pdeathsig KILL` also if the test itself is killed. main() maps the outcome to exit codes:
 // 0 pass, 1 fail (with a clear message), 77 when `--io uring` was asked for but the server fell back.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import path from 'node:path';
 import WebSocket from 'ws';
 
 export const SKIP_EXIT = 77;
@@ -244,4 +245,14 @@ export async function step(name, fn) {
     throw err;
   }
   console.log(`ok - ${name} (${((Date.now() - started) / 1000).toFixed(1)}s)`);
+}
+
+/** A self-signed P-256 certificate for localhost and 127.0.0.1 in `dir` (the openssl command); {cert, key} paths. */
+export function makeTestCert(dir) {
+  const cert = path.join(dir, 'server.crt');
+  const key = path.join(dir, 'server.key');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+    '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=localhost',
+    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1'], { stdio: 'ignore' });
+  return { cert, key };
 }

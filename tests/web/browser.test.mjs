@@ -3,16 +3,20 @@
 // server is killed and a fresh one started on the same port: the page reconnects by itself, says
 // the history was lost (the embedded bus keeps none across a restart), shows what the new server
 // published while it was away and what came after. A screenshot is taken and must not be blank.
+// Then the same page over https:// from a server with a certificate made here (certificate errors
+// are ignored in that browser context only): its client connects over wss:// and a publish arrives.
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/browser.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { inflateSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 
-import { Server, Skip, scaled } from '../integration/testlib.mjs';
+import { Server, Skip, makeTestCert, scaled } from '../integration/testlib.mjs';
 
 const binary = process.env.WSPUSH_SERVER;
 const io = process.env.WSPUSH_IO || 'epoll';
@@ -36,8 +40,8 @@ async function freePort() {
 }
 
 const servers = [];
-async function start(port) {
-  const server = new Server({ server: binary, io, mode: 'pubsub', listen: `127.0.0.1:${port}` });
+async function start(port, extra = []) {
+  const server = new Server({ server: binary, io, mode: 'pubsub', listen: `127.0.0.1:${port}`, extra });
   servers.push(server);
   try {
     return await server.start();
@@ -112,6 +116,37 @@ test('the demo page: live notifications, a server restart survived, lost reporte
     assert.ok(pngVariety(shot) > 40, 'the screenshot is blank (almost no distinct pixel values)');
   } finally {
     await browser.close();
+  }
+});
+
+test('the page over https:// and its client over wss://', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wspush-page-tls-'));
+  const { cert, key } = makeTestCert(dir);
+  const port = await freePort();
+  const server = await start(port, ['--tls-cert', cert, '--tls-key', key]);
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+  try {
+    // The test's certificate is self-signed: this context (and only it) accepts it.
+    const context = await browser.newContext({ ignoreHTTPSErrors: true });
+    const page = await context.newPage();
+    const wait = { timeout: scaled(10) * 1000 };
+    await page.goto(`https://localhost:${port}/?mailbox=9`);
+    await page.waitForFunction(() => document.getElementById('state').dataset.state === 'open', null, wait);
+    assert.equal(await page.evaluate(() => location.protocol), 'https:');
+    assert.ok((await page.evaluate(() => window.wspushClient._url)).startsWith('wss://'), 'the client is not on wss://');
+    await publish(server, 'mailbox:9', { from: 'dave', subject: 'Over TLS' });
+    await page.getByTestId('notifications').getByText('dave: Over TLS').waitFor(wait);
+    const metrics = await (await fetch(`http://127.0.0.1:${server.adminPort}/metrics`)).text();
+    const ok = Number(metrics.match(/^wspush_tls_handshakes_total\{result="ok"\} (\d+)/m)[1]);
+    assert.ok(ok >= 1, 'no TLS handshake counted');
+  } finally {
+    await browser.close();
+    server.kill();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

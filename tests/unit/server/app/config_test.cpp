@@ -57,6 +57,9 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK_THROWS_WITH(parse({"--listen"}), Catch::Contains("needs a value"));
   CHECK_THROWS_WITH(parse({"--close-timeout=-1"}), Catch::Contains("seconds"));
   CHECK_THROWS(parse({"stray"}));
+  CHECK_THROWS_WITH(parse({"--tls-cert", "a.pem"}), Catch::Contains("--tls-key"));
+  CHECK_THROWS_WITH(parse({"--tls-key", "k.pem"}), Catch::Contains("--tls-cert"));
+  CHECK(parse({"--tls-cert", "a.pem", "--tls-key", "k.pem"}).tls_cert == "a.pem");
 }
 
 TEST_CASE("config: --help lists every option with its default") {
