@@ -1,7 +1,7 @@
 /* countclient: a minimal, neutral WebSocket fan-out counter.
  *
  *   countclient --port P --connections N --messages M --size S --procs K
- *               [--server-pid PID] [--path /ws] [--timeout 120]
+ *               [--server-pid PID] [--path /ws] [--timeout 120] [--tls] [--hold SECONDS]
  *
  * K forked processes open N receiver connections to 127.0.0.1:P (source
  * addresses 127.0.0.2..127.0.0.250, bound before connect), upgrade them, and
@@ -14,6 +14,18 @@
  * echoes are read but not counted), and the server's CPU time over the same
  * interval (/proc/PID/stat utime+stime, clock ticks, and the sum of
  * /proc/PID/task/x/schedstat run time in ns).
+ *
+ * --tls connects every connection (the publisher too) with TLS: OpenSSL, a
+ * non-blocking SSL_connect driven by epoll, ALPN "http/1.1" offered, then the
+ * same upgrade, reads and counting over SSL_read/SSL_write.  It loads no CA
+ * and verifies nothing: a benchmark client on loopback, never for real use.
+ * Without --tls no SSL object exists and the plain path is what it was.
+ *
+ * --hold SECONDS: with --server-pid, the server's VmRSS (/proc/PID/status) is
+ * read before connecting and once all connections are up, and the delta per
+ * connection printed ("server RSS delta per connection: N B"); the
+ * connections are then held open SECONDS (the delta printed again after),
+ * and only then is the burst published -- none with --messages 0.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,6 +34,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -43,6 +57,11 @@ static int g_port, g_conns, g_msgs, g_size = 64, g_procs = 1, g_server_pid, g_ti
 static double g_linger = 0, g_gap = 0.5;
 static int g_bursts = 1;
 static const char *g_path = "/ws";
+static int g_tls;           /* --tls */
+static double g_hold = -1;  /* --hold SECONDS */
+static SSL_CTX *g_ctx;      /* only with --tls */
+static SSL **g_ssl;         /* per receiver connection, only with --tls */
+static SSL *g_pub_ssl;      /* the publisher's, only with --tls */
 static const char *KEY = "dGhlIHNhbXBsZSBub25jZQ==";
 
 static double now_s(void) {
@@ -68,7 +87,7 @@ struct report {
 
 /* ------------------------------------------------------------------ receiver */
 
-enum { S_CONNECTING, S_SENDING, S_RESPONSE, S_UP, S_DEAD };
+enum { S_CONNECTING, S_SENDING, S_RESPONSE, S_UP, S_DEAD, S_HANDSHAKE };
 struct rconn {
   int fd;
   unsigned char state;
@@ -100,6 +119,47 @@ static int open_conn(int idx) {
   return fd;
 }
 
+/* ----------------------------------------------------------------------- TLS */
+
+static void tls_init(void) {
+  g_ctx = SSL_CTX_new(TLS_client_method());
+  if (!g_ctx) die("SSL_CTX_new failed");
+  /* A benchmark client on loopback: no CA loaded, the server's certificate is not verified. */
+  SSL_CTX_set_verify(g_ctx, SSL_VERIFY_NONE, NULL);
+  static const unsigned char alpn[] = "\x08http/1.1";
+  SSL_CTX_set_alpn_protos(g_ctx, alpn, sizeof alpn - 1);
+  /* read ahead (fewer reads; what it buffers is drained with SSL_has_pending), buffers freed
+     while idle (19,000 connections), SSL_write returns after each record */
+  SSL_CTX_set_read_ahead(g_ctx, 1);
+  SSL_CTX_set_mode(g_ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+}
+
+static SSL *tls_new(int fd) {
+  SSL *s = SSL_new(g_ctx);
+  if (!s || !SSL_set_fd(s, fd)) die("SSL_new failed");
+  SSL_set_connect_state(s);
+  return s;
+}
+
+/* SSL_read/SSL_peek/SSL_write with recv/send's results: > 0 bytes, 0 closed, -1 with errno
+   (EAGAIN: wants to read or write, EPROTO: a TLS error). */
+static ssize_t tls_io(SSL *s, void *p, size_t n, int op) {
+  errno = 0;
+  int r = op == 0 ? SSL_read(s, p, (int)n) : op == 1 ? SSL_peek(s, p, (int)n) : SSL_write(s, p, (int)n);
+  if (r > 0) return r;
+  switch (SSL_get_error(s, r)) {
+  case SSL_ERROR_WANT_READ:
+  case SSL_ERROR_WANT_WRITE: errno = EAGAIN; return -1;
+  case SSL_ERROR_ZERO_RETURN: return 0;
+  case SSL_ERROR_SYSCALL: ERR_clear_error(); if (errno == 0) return 0; return -1;
+  default: ERR_clear_error(); errno = EPROTO; return -1;
+  }
+}
+#define tls_recv(s, p, n) tls_io(s, p, n, 0)
+#define tls_peek(s, p, n) tls_io(s, p, n, 1)
+#define tls_send(s, p, n) tls_io(s, (void *)(p), n, 2)
+
 /* Consume frame bytes; counts complete text frames. */
 static long long consume(struct rconn *c, const unsigned char *p, size_t n) {
   long long frames = 0;
@@ -129,12 +189,30 @@ static long long consume(struct rconn *c, const unsigned char *p, size_t n) {
   return frames;
 }
 
+/* TLS: read what a connection has and count, also what OpenSSL already buffered (which
+   epoll cannot see). */
+static void tls_read_conn(int ep, struct rconn *c, SSL *s, unsigned char *buf, size_t size, long long *count,
+                          double *last) {
+  ssize_t r;
+  do {
+    r = tls_recv(s, buf, size);
+    if (r > 0) {
+      long long f = consume(c, buf, r);
+      if (f) { *count += f; *last = now_s(); }
+    } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+      c->state = S_DEAD;
+      epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+    }
+  } while (r > 0 && SSL_has_pending(s));
+}
+
 static void child(int idx0, int n, int wfd, int rfd) {
   struct report rep;
   memset(&rep, 0, sizeof rep);
   struct rconn *cs = calloc(n, sizeof *cs);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   if (!cs || ep < 0) die("out of memory / epoll");
+  if (g_tls && !(g_ssl = calloc(n, sizeof *g_ssl))) die("out of memory");
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)-1};
   epoll_ctl(ep, EPOLL_CTL_ADD, rfd, &ev); /* parent's command pipe: EOF = quit */
 
@@ -144,6 +222,8 @@ static void child(int idx0, int n, int wfd, int rfd) {
   const int max_inflight = 512;
   double deadline = now_s() + g_timeout;
   const char *resp = "HTTP/1.1 101";
+  long long count = 0;
+  double last = 0;
 
   /* Phase 1: connect and upgrade, at most max_inflight at a time. */
   while (up + dead < n) {
@@ -156,6 +236,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
       }
       c->fd = fd;
       c->state = S_CONNECTING;
+      if (g_tls) g_ssl[opened] = tls_new(fd);
       ev.events = EPOLLOUT;
       ev.data.u64 = opened;
       epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
@@ -169,6 +250,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
     for (int i = 0; i < k; i++) {
       if (evs[i].data.u64 == (uint64_t)-1) { snprintf(rep.msg, sizeof rep.msg, "parent quit"); goto fail; }
       struct rconn *c = &cs[evs[i].data.u64];
+      SSL *s = g_tls ? g_ssl[evs[i].data.u64] : NULL;
       if (evs[i].events & (EPOLLERR | EPOLLHUP)) {
         int e = 0; socklen_t el = sizeof e;
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &e, &el);
@@ -176,11 +258,34 @@ static void child(int idx0, int n, int wfd, int rfd) {
                  e ? strerror(e) : "hangup");
         goto fail;
       }
-      if (c->state == S_CONNECTING) c->state = S_SENDING;
+      if (c->state == S_CONNECTING) c->state = s ? S_HANDSHAKE : S_SENDING;
+      if (c->state == S_HANDSHAKE) {
+        int r = SSL_connect(s);
+        if (r != 1) {
+          int e = SSL_get_error(s, r);
+          if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+            const char *why = ERR_reason_error_string(ERR_get_error());
+            snprintf(rep.msg, sizeof rep.msg, "TLS handshake #%d: %s", idx0 + (int)evs[i].data.u64,
+                     why ? why : e == SSL_ERROR_SYSCALL && errno ? strerror(errno) : "closed by the server");
+            goto fail;
+          }
+          ev.events = e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT;
+          ev.data.u64 = evs[i].data.u64;
+          epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+          continue;
+        }
+        c->state = S_SENDING;
+      }
       if (c->state == S_SENDING) {
-        ssize_t w = send(c->fd, g_req + c->sent, g_reqlen - c->sent, MSG_NOSIGNAL);
+        ssize_t w = s ? tls_send(s, g_req + c->sent, g_reqlen - c->sent)
+                      : send(c->fd, g_req + c->sent, g_reqlen - c->sent, MSG_NOSIGNAL);
         if (w < 0 && errno != EAGAIN) { snprintf(rep.msg, sizeof rep.msg, "send: %s", strerror(errno)); goto fail; }
         if (w > 0) c->sent += w;
+        if (s && c->sent < g_reqlen) { /* wait until writable (after the handshake it may be EPOLLIN) */
+          ev.events = EPOLLOUT;
+          ev.data.u64 = evs[i].data.u64;
+          epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+        }
         if (c->sent == g_reqlen) {
           c->state = S_RESPONSE;
           c->sent = 0;
@@ -190,13 +295,15 @@ static void child(int idx0, int n, int wfd, int rfd) {
         }
         continue;
       }
-      if (c->state == S_RESPONSE) {
+      /* TLS: OpenSSL may hold bytes epoll cannot see, hence the loop while it has some */
+      while (c->state == S_RESPONSE) {
         /* read the response byte by byte up to the blank line, so no frame
            byte that might follow is taken (responses are small: ~130 B) */
         char b[256];
-        ssize_t r = recv(c->fd, b, sizeof b, MSG_PEEK);
+        ssize_t r = s ? tls_peek(s, b, sizeof b) : recv(c->fd, b, sizeof b, MSG_PEEK);
         if (r == 0) { snprintf(rep.msg, sizeof rep.msg, "server closed during upgrade"); goto fail; }
-        if (r < 0) continue;
+        if (r < 0 && errno == EPROTO) { snprintf(rep.msg, sizeof rep.msg, "TLS error during upgrade"); goto fail; }
+        if (r < 0) break;
         int end = -1;
         /* c->sent tracks how many of "\r\n\r\n" matched; c->hlen how many of "HTTP/1.1 101" */
         for (int j = 0; j < r; j++) {
@@ -209,13 +316,16 @@ static void child(int idx0, int n, int wfd, int rfd) {
           else c->sent = (b[j] == '\r') ? 1 : 0;
           if (c->sent == 4) { end = j + 1; break; }
         }
-        recv(c->fd, b, end > 0 ? end : r, 0);
+        if (s) tls_recv(s, b, end > 0 ? end : r);
+        else recv(c->fd, b, end > 0 ? end : r, 0);
         if (end > 0) {
           c->state = S_UP;
           c->hlen = 0;
           c->sent = 0;
           up++, inflight--;
+          if (s && SSL_has_pending(s)) tls_read_conn(ep, c, s, buf, sizeof buf, &count, &last);
         }
+        if (!s || !SSL_has_pending(s)) break;
       }
     }
   }
@@ -224,8 +334,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
   if (write(wfd, &rep, sizeof rep) != sizeof rep) exit(3);
 
   /* Phase 2: count.  Until the parent closes the command pipe. */
-  long long per_burst = (long long)n * g_msgs, want = per_burst, count = 0;
-  double last = 0;
+  long long per_burst = (long long)n * g_msgs, want = per_burst;
   int reported = 0; /* only used for the partial report on quit */
   for (;;) {
     int k = epoll_wait(ep, evs, 1024, 1000);
@@ -239,6 +348,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
       }
       struct rconn *c = &cs[evs[i].data.u64];
       if (c->state != S_UP) continue;
+      if (g_tls) { tls_read_conn(ep, c, g_ssl[evs[i].data.u64], buf, sizeof buf, &count, &last); continue; }
       ssize_t r = recv(c->fd, buf, sizeof buf, 0);
       if (r > 0) {
         long long f = consume(c, buf, r);
@@ -248,7 +358,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
         epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
       }
     }
-    while (count >= want) { /* one report per burst, cumulative count */
+    while (per_burst && count >= want) { /* one report per burst, cumulative count */
       rep.type = R_DONE, rep.count = want, rep.last = last;
       if (write(wfd, &rep, sizeof rep) < 0) {}
       want += per_burst;
@@ -298,6 +408,29 @@ static int read_cpu(long *ticks, long long *ns) {
   return 0;
 }
 
+/* The server's VmRSS in kB, -1 if unknown. */
+static long read_rss_kb(void) {
+  char p[64], line[256];
+  long kb = -1;
+  snprintf(p, sizeof p, "/proc/%d/status", g_server_pid);
+  FILE *f = g_server_pid ? fopen(p, "r") : NULL;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
+}
+
+/* Publisher reads: the socket's bytes, with TLS also what OpenSSL already buffered. */
+static ssize_t pub_recv(int fd, struct rconn *pc, unsigned char *buf, size_t size, long long *echoes) {
+  ssize_t r;
+  do {
+    r = g_pub_ssl ? tls_recv(g_pub_ssl, buf, size) : recv(fd, buf, size, 0);
+    if (r > 0) *echoes += consume(pc, buf, r);
+  } while (r > 0 && g_pub_ssl && SSL_has_pending(g_pub_ssl));
+  return r;
+}
+
 static int connect_publisher(double deadline) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
   struct sockaddr_in src = {.sin_family = AF_INET};
@@ -312,13 +445,17 @@ static int connect_publisher(double deadline) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0) die("publisher connect failed");
-  if (write(fd, g_req, g_reqlen) != g_reqlen) die("publisher: request write failed");
+  if (g_tls) { /* blocking, bounded by the socket timeouts */
+    g_pub_ssl = tls_new(fd);
+    if (SSL_connect(g_pub_ssl) != 1) die("publisher: TLS handshake failed");
+    if (SSL_write(g_pub_ssl, g_req, g_reqlen) != g_reqlen) die("publisher: request write failed");
+  } else if (write(fd, g_req, g_reqlen) != g_reqlen) die("publisher: request write failed");
   /* read byte by byte up to the blank line */
   char b[1024];
   int n = 0;
   while (n < (int)sizeof b - 1) {
     if (now_s() > deadline) die("publisher: upgrade timed out");
-    ssize_t r = read(fd, b + n, 1);
+    ssize_t r = g_pub_ssl ? SSL_read(g_pub_ssl, b + n, 1) : read(fd, b + n, 1);
     if (r <= 0) die("publisher: upgrade failed (closed or timed out)");
     n++;
     if (n >= 4 && memcmp(b + n - 4, "\r\n\r\n", 4) == 0) break;
@@ -336,13 +473,14 @@ static void usage(void) {
   fprintf(stderr,
           "usage: countclient --port P --connections N --messages M --size S --procs K\n"
           "                   [--server-pid PID] [--path /ws] [--timeout SECONDS] [--linger SECONDS]\n"
-          "                   [--bursts B] [--gap SECONDS]\n");
+          "                   [--bursts B] [--gap SECONDS] [--tls] [--hold SECONDS]\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    if (!strcmp(a, "--tls")) { g_tls = 1; continue; }
     if (i + 1 >= argc) usage();
     const char *v = argv[++i];
     if (!strcmp(a, "--port")) g_port = atoi(v);
@@ -356,9 +494,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--linger")) g_linger = atof(v);
     else if (!strcmp(a, "--bursts")) g_bursts = atoi(v);
     else if (!strcmp(a, "--gap")) g_gap = atof(v);
+    else if (!strcmp(a, "--hold")) g_hold = atof(v);
     else usage();
   }
-  if (g_port <= 0 || g_conns <= 0 || g_msgs <= 0 || g_bursts <= 0 || g_size < 0 || g_procs <= 0 || g_timeout <= 0) usage();
+  if (g_port <= 0 || g_conns <= 0 || g_msgs < 0 || g_bursts <= 0 || g_size < 0 || g_procs <= 0 || g_timeout <= 0) usage();
 
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) { rl.rlim_cur = rl.rlim_max; setrlimit(RLIMIT_NOFILE, &rl); }
@@ -369,6 +508,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  if (g_tls) tls_init();
+  long rss0 = g_hold >= 0 ? read_rss_kb() : -1;
   g_reqlen = snprintf(g_req, sizeof g_req,
                       "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                       "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
@@ -415,7 +556,22 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "countclient: %d connections up in %.2f s\n", g_conns, now_s() - t_setup);
 
-  {
+  if (g_hold >= 0) {
+    usleep(200 * 1000); /* let the server settle after the last upgrades */
+    long rss1 = read_rss_kb();
+    if (rss0 < 0 || rss1 < 0) fprintf(stderr, "countclient: no server RSS (--server-pid)\n");
+    else printf("server RSS delta per connection: %.0f B (%ld kB -> %ld kB, %d connections)\n",
+                (rss1 - rss0) * 1024.0 / g_conns, rss0, rss1, g_conns);
+    fflush(stdout);
+    usleep((useconds_t)(g_hold * 1e6));
+    if (rss0 >= 0 && (rss1 = read_rss_kb()) >= 0)
+      printf("after holding %.0f s: server RSS delta per connection %.0f B (%ld kB)\n", g_hold,
+             (rss1 - rss0) * 1024.0 / g_conns, rss1);
+    fflush(stdout);
+    deadline = now_s() + g_timeout;
+  }
+
+  if (g_msgs > 0) {
     int pub = connect_publisher(deadline);
     usleep(200 * 1000); /* let the server settle after the last upgrades */
 
@@ -457,7 +613,8 @@ int main(int argc, char **argv) {
       double pdeadline = t0 + g_timeout;
       while (done < g_procs) {
         if (off < total) {
-          ssize_t w = send(pub, out + off, total - off, MSG_NOSIGNAL);
+          ssize_t w = g_pub_ssl ? tls_send(g_pub_ssl, out + off, total - off)
+                                : send(pub, out + off, total - off, MSG_NOSIGNAL);
           if (w > 0) off += w, writes++;
           else if (w < 0 && errno != EAGAIN) { fprintf(stderr, "countclient: publish: %s\n", strerror(errno)); rc = 1; break; }
         }
@@ -466,9 +623,8 @@ int main(int argc, char **argv) {
         if (ms <= 0) break;
         if (poll(pf, nfds, ms) <= 0) break;
         if (pf[g_procs].revents & POLLIN) {
-          ssize_t r = recv(pub, buf, sizeof buf, 0);
-          if (r > 0) echoes += consume(&pc, buf, r);
-          else if (r == 0) { fprintf(stderr, "countclient: server closed the publisher\n"); pf[g_procs].fd = -1; }
+          ssize_t r = pub_recv(pub, &pc, buf, sizeof buf, &echoes);
+          if (r == 0) { fprintf(stderr, "countclient: server closed the publisher\n"); pf[g_procs].fd = -1; }
         }
         for (int k = 0; k < g_procs; k++) {
           if (!(pf[k].revents & POLLIN)) continue;
@@ -504,9 +660,8 @@ int main(int argc, char **argv) {
       while (echoes < (long long)g_msgs * (b + 1)) {
         struct pollfd q = {.fd = pub, .events = POLLIN};
         if (poll(&q, 1, 1000) <= 0) break;
-        ssize_t r = recv(pub, buf, sizeof buf, 0);
-        if (r <= 0) break;
-        echoes += consume(&pc, buf, r);
+        ssize_t r = pub_recv(pub, &pc, buf, sizeof buf, &echoes);
+        if (r == 0 || (r < 0 && errno != EAGAIN)) break;
       }
       double secs = last - t0;
       double cpu = (ticks1 - ticks0) / (double)sysconf(_SC_CLK_TCK);
