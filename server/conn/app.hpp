@@ -79,6 +79,12 @@ class conn_ops {
   virtual void set_app_bits(conn_id c, std::uint8_t bits) noexcept = 0;
   /// Where frames are leased from.
   virtual pool::buffer_pool& buffers() noexcept = 0;
+  /// Hands `c` no further message until resume(c): called from on_message, the application
+  /// finishes an asynchronous request (a `sub` waiting for a bus) before it sees the next one.
+  /// What arrives meanwhile is kept, and reading pauses (the kernel keeps the rest).
+  virtual void hold(conn_id c) noexcept = 0;
+  /// Delivers what was kept, then reads again. Not from inside on_message for `c`.
+  virtual void resume(conn_id c) noexcept = 0;
 };
 
 class application {

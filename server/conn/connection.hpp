@@ -78,7 +78,9 @@ struct ws_rx {
   std::uint32_t msg_len = 0;
   proto::opcode msg_op = proto::opcode::text;
   std::uint8_t tail_len = 0;
+  bool held = false;          // the application asked to see no message until it resumes
   std::uint8_t tail[160];     // > 14 (a header) and > 131 (a whole control frame)
+  pool::lease kept;           // held: the bytes behind the last message handed over
 };
 
 /// A connection's partial input: which block it holds (if any) follows its state.

@@ -185,7 +185,7 @@ void connections::on_flush(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   c.flags &= ~flag_listed;
   if (c.state == conn_state::free || c.state == conn_state::dead) return;
-  if ((c.flags & flag_rearm_read) && c.state != conn_state::upgrade_pending) {
+  if ((c.flags & flag_rearm_read) && c.state != conn_state::upgrade_pending && !_ws.held(slot)) {
     c.flags &= ~flag_rearm_read;
     _transport.resume_reading(c.fd, token_of(slot));
   }

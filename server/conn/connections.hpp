@@ -81,6 +81,8 @@ class connections final : public loop_handler,
   void close(conn_id c, proto::close_code code) noexcept override;
   bool is_open(conn_id c) const noexcept override;
   void expiry_changed(conn_id c) noexcept override { _ws.rearm(c); }
+  void hold(conn_id c) noexcept override { _ws.hold(c); }
+  void resume(conn_id c) noexcept override { _ws.resume(c); }
   pool::buffer_pool& buffers() noexcept override { return _buffers; }
   std::uint8_t app_bits(conn_id c) const noexcept override {
     return std::uint8_t((_table.at(c).flags & flag_app_mask) >> flag_app_shift);

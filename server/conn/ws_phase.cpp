@@ -81,6 +81,7 @@ void ws_phase::on_bytes(std::uint32_t slot, std::span<std::uint8_t> bytes) noexc
   if (c.flags & flag_read_broken) return;  // after an error or a close: discard
   const std::uint32_t gen = c.gen;
   ws_rx* rs = c.rx.ws.get();
+  if (rs && rs->held) return keep(slot, bytes);  // bytes that were on their way when reading paused
   proto::ws_reader r = rs ? rs->reader : proto::ws_reader{};
   std::uint8_t tail[sizeof ws_rx::tail];
   std::size_t tail_len = 0, pos = 0, used = 0;
@@ -93,6 +94,10 @@ void ws_phase::on_bytes(std::uint32_t slot, std::span<std::uint8_t> bytes) noexc
     std::memcpy(tail + t, bytes.data(), m);
     rs->tail_len = 0;
     if (!consume(slot, r, {tail, t + m}, used)) return;
+    if (held(slot)) {  // the application holds what follows the message just handed over
+      c.rx.ws->reader = r;
+      return keep(slot, std::span<const std::uint8_t>(tail + used, t + m - used), bytes.subspan(m));
+    }
     if (used < t) {  // still incomplete: every new byte went into the join
       std::memmove(tail, tail + used, t + m - used);
       tail_len = t + m - used;
@@ -104,6 +109,10 @@ void ws_phase::on_bytes(std::uint32_t slot, std::span<std::uint8_t> bytes) noexc
   if (pos < bytes.size()) {
     auto rest = bytes.subspan(pos);
     if (!consume(slot, r, rest, used)) return;
+    if (held(slot)) {
+      c.rx.ws->reader = r;
+      return keep(slot, rest.subspan(used));
+    }
     tail_len = rest.size() - used;
     std::memcpy(tail, rest.data() + used, tail_len);
   }
@@ -149,7 +158,49 @@ bool ws_phase::deliver(std::uint32_t slot, proto::opcode op, pool::lease* block,
   const std::uint32_t gen = _c.at(slot).gen;
   _c.app().on_message(slot, m);
   const connection& c = _c.at(slot);
-  return c.gen == gen && c.state == conn_state::open;
+  return c.gen == gen && c.state == conn_state::open && !held(slot);  // held: stop right after it
+}
+
+bool ws_phase::held(std::uint32_t slot) const noexcept {
+  const connection& c = _c.at(slot);
+  return (c.state == conn_state::open || c.state == conn_state::closing) && c.rx.ws && c.rx.ws->held;
+}
+
+void ws_phase::hold(std::uint32_t slot) noexcept {
+  if (_c.at(slot).state != conn_state::open) return;
+  ws_rx* rs = rx(slot);
+  if (!rs) return close_on_error(slot, proto::close_code::internal_error);
+  if (rs->held) return;
+  rs->held = true;
+  _c.pause_reading(slot);  // the kernel keeps what comes next
+}
+
+/// Keeps bytes of a held connection (a and then b), behind those kept already.
+void ws_phase::keep(std::uint32_t slot, std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) noexcept {
+  ws_rx* rs = _c.at(slot).rx.ws.get();
+  const std::size_t have = rs->kept.size(), add = a.size() + b.size();
+  if (add == 0) return;
+  if (have + add > max_kept_bytes) return close_on_error(slot, proto::close_code::policy_violation);
+  if (!rs->kept) rs->kept = _c.buffers().acquire(std::max<std::size_t>(add, 1024));
+  if (!rs->kept || (have + add > rs->kept.capacity() && !rs->kept.reserve(std::max(have + add, rs->kept.capacity() * 2))))
+    return close_on_error(slot, proto::close_code::internal_error);
+  if (!a.empty()) std::memcpy(rs->kept.data() + have, a.data(), a.size());
+  if (!b.empty()) std::memcpy(rs->kept.data() + have + a.size(), b.data(), b.size());
+  rs->kept.set_size(have + add);
+}
+
+void ws_phase::resume(std::uint32_t slot) noexcept {
+  connection& c = _c.at(slot);
+  ws_rx* rs = c.rx.ws.get();
+  if (!rs || !rs->held) return;
+  rs->held = false;
+  pool::lease kept = std::move(rs->kept);
+  if (c.state == conn_state::open || c.state == conn_state::closing) {
+    c.flags |= flag_rearm_read;  // reading resumes at this iteration's flush
+    _c.list(slot);
+  }
+  if (kept && kept.size() > 0) return on_bytes(slot, {kept.data(), kept.size()});
+  if (!rs->reader.in_message() && !rs->reader.mid_frame() && rs->tail_len == 0 && !rs->msg) c.rx.ws.reset();
 }
 
 void ws_phase::queue_close(std::uint32_t slot, std::span<const std::uint8_t> payload) noexcept {

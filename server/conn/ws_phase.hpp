@@ -35,6 +35,12 @@ class ws_phase {
   void start_close(std::uint32_t slot, proto::close_code code, bool linger) noexcept;
   /// A protocol error: close with `code` and count it.
   void close_on_error(std::uint32_t slot, proto::close_code code) noexcept;
+  /// The application holds the connection's messages (conn_ops::hold); resume() lets them go.
+  void hold(std::uint32_t slot) noexcept;
+  void resume(std::uint32_t slot) noexcept;
+  bool held(std::uint32_t slot) const noexcept;
+  /// Most bytes kept for a held connection (past it: close 1008).
+  static constexpr std::size_t max_kept_bytes = 1 << 20;
 
  private:
   struct events;
@@ -46,6 +52,7 @@ class ws_phase {
   void queue_ping(std::uint32_t slot) noexcept;
   void arm(std::uint32_t slot, std::uint32_t ticks) noexcept;
   ws_rx* rx(std::uint32_t slot) noexcept;
+  void keep(std::uint32_t slot, std::span<const std::uint8_t> a, std::span<const std::uint8_t> b = {}) noexcept;
 
   connections& _c;
 };

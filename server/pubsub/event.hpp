@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include <memory>
+
 #include "pool/shared_frame.hpp"
+#include "server/pubsub/bus_port.hpp"
 
 namespace wspush::server::pubsub {
 
@@ -19,6 +22,9 @@ struct event {
   std::string_view topic;  ///< inside `frame`'s bytes, or static text: valid while `frame` lives
   std::uint64_t seq = 0;   ///< its seq in history part `part` (the resume seam, history.hpp)
   std::uint32_t part = no_part;
+  /// Not an event but a bus's answer to a `sub` (bus_port.hpp), owned by the event: it travels
+  /// the same inbox so that it stays in order with the events around it.
+  std::unique_ptr<bus_reply> reply;
 };
 
 /// Where the hub hands events: one port per shard. Any thread; never waits.

@@ -10,6 +10,11 @@ fanout::fanout(loop& l, std::size_t inbox_capacity, std::uint32_t parts, registr
 }
 
 std::uint64_t fanout::on_item(event&& e) noexcept {
+  if (e.reply) {  // a bus's answer: after the events before it, before the events after it
+    deliver_run();
+    if (_replies) _replies->on_bus_reply(std::move(e.reply));
+    return 1;
+  }
   std::size_t size = e.frame.bytes().size();
   if (!_run.empty() && (e.topic != _run.front().topic || _run_bytes + size > max_run_bytes)) deliver_run();
   // The budget counts what the work will cost: a run's first event, a pass over the topic's

@@ -39,6 +39,8 @@ class fanout final : public event_port, public inbox_consumer<event> {
   fanout(loop& l, std::size_t inbox_capacity, std::uint32_t parts, registry_options o);
   /// The connection layer deliveries go to (before the first event).
   void bind(conn_ops& ops) noexcept { _ops = &ops; }
+  /// Where a bus's replies go (with the Redis bus: the session).
+  void set_reply_handler(bus_reply_handler& h) noexcept { _replies = &h; }
 
   // event_port: any thread
   bool offer(event&& e, bool wake) noexcept override { return _inbox.post(std::move(e), wake); }
@@ -67,6 +69,7 @@ class fanout final : public event_port, public inbox_consumer<event> {
   void count(const send_counts& n, std::uint64_t events) noexcept;
 
   conn_ops* _ops = nullptr;
+  bus_reply_handler* _replies = nullptr;
   std::vector<event> _run;  // consecutive events of one topic, not yet delivered
   std::size_t _run_bytes = 0;
   std::span<const conn_id> _run_subs;  // the run's topic's subscribers (the registry does not change during a pass)

@@ -22,7 +22,7 @@ namespace {
 // the same batch then acts on the new connection, where it is at worst a spurious wake-up
 // (recv says EAGAIN), never data delivered to the wrong connection.
 constexpr std::uint64_t tag_shift = 56;
-constexpr std::uint64_t tag_conn = 1, tag_listener = 2, tag_wake = 3;
+constexpr std::uint64_t tag_conn = 1, tag_listener = 2, tag_wake = 3, tag_watch = 4;
 constexpr std::uint64_t low_mask = (std::uint64_t{1} << tag_shift) - 1;
 constexpr int max_events = 512;
 constexpr int accepts_per_event = 64;
@@ -92,6 +92,20 @@ class epoll_backend final : public io_backend {
     ::close(fd);
   }
 
+  bool watch(int fd, std::uint64_t key, bool read, bool write) noexcept override {
+    if (fd < 0 || (key & ~low_mask)) return false;
+    if (static_cast<std::size_t>(fd) >= _watched.size()) _watched.resize(std::size_t(fd) + 1, 0);
+    std::uint32_t events = (read ? EPOLLIN | EPOLLRDHUP : 0u) | (write ? EPOLLOUT : 0u);
+    const bool ok = ctl(_watched[fd] ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, events, (tag_watch << tag_shift) | key);
+    if (ok) _watched[fd] = 1;
+    return ok;
+  }
+  void unwatch(int fd) noexcept override {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= _watched.size() || !_watched[fd]) return;
+    ctl(EPOLL_CTL_DEL, fd, 0, 0);
+    _watched[fd] = 0;
+  }
+
   void poll(io_handler& h, int timeout_ms) noexcept override {
     epoll_event events[max_events];
     int n = epoll_wait(_epfd, events, max_events, timeout_ms);
@@ -126,6 +140,9 @@ class epoll_backend final : public io_backend {
       h.on_wake();
     } else if (tag == tag_listener) {
       accept_some(h, int(low));
+    } else if (tag == tag_watch) {
+      const bool err = ev.events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP);
+      h.on_ready(low, (ev.events & EPOLLIN) || err, (ev.events & EPOLLOUT) || err);
     } else {
       on_conn_event(h, int(low), ev.events);
     }
@@ -152,6 +169,7 @@ class epoll_backend final : public io_backend {
   int _wakefd = -1;
   std::vector<listener_state> _listeners;
   std::vector<conn_token> _owner;  // fd -> token of its current registration
+  std::vector<std::uint8_t> _watched;  // fd -> registered through watch()
   alignas(64) std::uint8_t _buf[read_buffer_size];
 };
 

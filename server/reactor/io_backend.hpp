@@ -38,6 +38,8 @@ class io_handler {
   virtual void on_writable(conn_token t) noexcept = 0;
   /// Another thread called `wake`.
   virtual void on_wake() noexcept = 0;
+  /// A watched descriptor (io_backend::watch) is ready: `key` is what watch() was given.
+  virtual void on_ready(std::uint64_t key, bool readable, bool writable) noexcept {}
   /// The poll's wait ended; its events follow (for measuring how long the loop then works).
   virtual void on_poll_woke() noexcept {}
 };
@@ -75,6 +77,13 @@ class io_backend {
   /// flight still completes (with -ECANCELED if it had not finished): on_send_done follows
   /// with the old token. Other completions under way arrive later and are ignored.
   virtual void close(int fd, conn_token t) noexcept = 0;
+
+  /// Readiness of a descriptor the loop does not read itself (a bus client's socket, which its
+  /// own library reads and writes): on_ready(key, ...) while it is readable (`read`) or
+  /// writable (`write`), level-triggered. Calling it again changes the interest; neither
+  /// removes it (unwatch). False when the backend cannot (io_uring: a bus loop runs on epoll).
+  virtual bool watch(int fd, std::uint64_t key, bool read, bool write) noexcept { return false; }
+  virtual void unwatch(int fd) noexcept {}
 
   /// Submits what was queued, waits at most timeout_ms (-1: forever) and dispatches.
   virtual void poll(io_handler& h, int timeout_ms) noexcept = 0;

@@ -48,6 +48,8 @@ class loop_handler {
   virtual void on_turn() noexcept {}
   /// Once per tick (every loop_tick_ms), with the new tick.
   virtual void on_tick(std::uint32_t tick) noexcept {}
+  /// A descriptor watched through the backend (io_backend::watch) is ready.
+  virtual void on_ready(std::uint64_t key, bool readable, bool writable) noexcept {}
   /// Draining starts (accepting has stopped): close what has no graceful end at once and say
   /// how many connections the drain will close, spread over the drain window.
   virtual std::uint64_t on_drain_begin() noexcept = 0;
@@ -114,6 +116,13 @@ class loop final : public loop_ops, private io_handler {
   const loop_counters& counters() const noexcept { return _n; }
 
   // inboxes register themselves (inbox.hpp)
+  /// A descriptor read and written by its own library (a bus client): on_ready(key, ...) on
+  /// the handler while it is readable / writable as asked. False when the backend cannot
+  /// (io_uring: a bus loop is started on epoll).
+  bool watch(int fd, std::uint64_t key, bool read, bool write) noexcept { return _io && _io->watch(fd, key, read, write); }
+  void unwatch(int fd) noexcept {
+    if (_io) _io->unwatch(fd);
+  }
   void add_inbox(inbox_base& b);
   void remove_inbox(inbox_base& b) noexcept;
 
@@ -150,6 +159,7 @@ class loop final : public loop_ops, private io_handler {
   void on_read_paused(conn_token t) noexcept override { _h->on_read_paused(t); }
   void on_send_done(conn_token t, int res) noexcept override { _h->on_send_done(t, res); }
   void on_writable(conn_token t) noexcept override { _h->on_writable(t); }
+  void on_ready(std::uint64_t key, bool r, bool w) noexcept override { _h->on_ready(key, r, w); }
   void on_wake() noexcept override;
   void on_poll_woke() noexcept override;
 

@@ -57,6 +57,49 @@ TEST_CASE("phases: messages in fragments, with a ping between, reach the applica
   CHECK((f[2].opcode == 0x2 && f[2].payload.size() == 70000));
 }
 
+TEST_CASE("phases: an application holds a connection's messages while it works; they come in order after resume") {
+  harness h;
+  h.app.hold_on = "sub";
+  int fd = h.open();
+  // The held message and three more in one read; more arrive while it is held (io_uring
+  // completions already on their way when reading paused), one split across reads.
+  std::string more = client_frame(opcode::text, "four") + client_frame(opcode::text, std::string(5000, 'v'));
+  h.feed(fd, client_frame(opcode::text, "one") + client_frame(opcode::text, "sub") + client_frame(opcode::text, "two") +
+                 client_frame(opcode::text, "three"));
+  CHECK_FALSE(h.wire.sockets[fd].reading);  // paused while held
+  h.feed(fd, more.substr(0, 7));
+  h.turn();
+  CHECK_FALSE(h.wire.sockets[fd].reading);  // the flush does not resume a held connection
+  h.feed(fd, more.substr(7));
+  REQUIRE(h.app.messages.size() == 2);
+  CHECK(h.app.messages[1].second == "sub");
+  h.app.hold_on.clear();
+  h.app.ops->resume(conn_id(h.app.messages[1].first));
+  REQUIRE(h.app.messages.size() == 6);
+  CHECK(h.app.messages[2].second == "two");
+  CHECK(h.app.messages[3].second == "three");
+  CHECK(h.app.messages[4].second == "four");
+  CHECK(h.app.messages[5].second == std::string(5000, 'v'));  // kept in two pieces, whole again
+  h.turn();
+  CHECK(h.wire.sockets[fd].reading);  // reading again
+  h.feed(fd, client_frame(opcode::text, "five"));
+  REQUIRE(h.app.messages.size() == 7);
+  CHECK(h.app.messages[6].second == "five");
+}
+
+TEST_CASE("phases: a held connection that floods past the kept bound is closed") {
+  harness h;
+  h.app.hold_on = "sub";
+  int fd = h.open();
+  h.feed(fd, client_frame(opcode::text, "sub"));
+  std::string big = client_frame(opcode::binary, std::string(600000, 'x'));
+  h.feed(fd, big + big);
+  h.turn();
+  auto f = h.frames(fd);
+  REQUIRE_FALSE(f.empty());
+  CHECK(f.back().opcode == 0x8);  // a close frame: 1008
+}
+
 TEST_CASE("phases: a ping flood from a peer that does not read leaves at most one pong waiting, then 1013") {
   conn_options o;
   o.max_pending_bytes = 4096;

@@ -40,6 +40,8 @@ struct recorded_conns final : conn_ops {
   std::uint8_t app_bits(conn_id) const noexcept override { return 0; }
   void set_app_bits(conn_id, std::uint8_t) noexcept override {}
   pool::buffer_pool& buffers() noexcept override { return buffers_; }
+  void hold(conn_id) noexcept override {}
+  void resume(conn_id) noexcept override {}
   pool::buffer_pool& buffers_;
 };
 

@@ -50,6 +50,8 @@ class fake_conns final : public conn_ops {
   std::uint8_t app_bits(conn_id c) const noexcept override { return bits.count(c) ? bits.at(c) : 0; }
   void set_app_bits(conn_id c, std::uint8_t v) noexcept override { bits[c] = v; }
   pool::buffer_pool& buffers() noexcept override { return _b; }
+  void hold(conn_id) noexcept override {}
+  void resume(conn_id) noexcept override {}
 
   std::map<conn_id, std::vector<std::string>> sent;
   std::map<conn_id, std::uint16_t> closed;

@@ -1,0 +1,68 @@
+#pragma once
+/// \file bus_port.hpp
+/// What a shard's session asks of a bus outside the process (Redis, for many nodes), and what
+/// comes back. With the embedded bus there is no bus_port: the hub and the history live in
+/// the process and a `sub` is answered at once. With one, a `sub` is a request: the bus makes
+/// sure the subscription is active on the bus (and reads the history for `since`), then
+/// answers through the shard's event inbox, in order with the events it hands the shard, so
+/// the seam between replay and live stays exact (bus/redis_bus.hpp says how).
+///
+/// A shard "holds" a topic while any of its connections is subscribed to it or waiting for a
+/// `sub` of it; the bus is subscribed to a topic while any shard holds it. A `sub` says which
+/// of its topics the shard starts holding with it; release() says when a shard stops.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pool/shared_frame.hpp"
+#include "server/conn/app.hpp"
+
+namespace wspush::server::pubsub {
+
+/// A connection's `sub` on its way to the bus.
+struct bus_sub {
+  std::uint32_t shard = 0;
+  conn_id conn = 0;
+  std::uint64_t request = 0;          ///< the session's number for it (a reused slot cannot take the answer)
+  std::vector<std::string> topics;     ///< what the client asked for, in its order
+  std::vector<std::string> since;      ///< per topic: the id to resume after; empty: none
+  std::vector<std::uint8_t> new_hold;  ///< per topic: the shard starts holding it with this sub
+};
+
+/// What comes back for a bus_sub (or for a client's pub that failed).
+struct bus_reply {
+  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed } kind = subbed;
+  conn_id conn = 0;
+  std::uint64_t request = 0;
+  std::vector<std::string> topics;       ///< the sub's topics (its holds stay held: see session)
+  std::vector<std::uint8_t> new_hold;    ///< as in the bus_sub
+  std::vector<std::string> lost;         ///< topics whose history did not reach back to `since`
+  std::vector<pool::frame_ref> frames;   ///< the replay, oldest first, topic after topic
+  std::string pub_topic;                 ///< pub_failed: the topic of the refused pub
+};
+
+/// Receives the bus's replies on the shard's thread (the session).
+class bus_reply_handler {
+ public:
+  virtual ~bus_reply_handler() = default;
+  virtual void on_bus_reply(std::unique_ptr<bus_reply> r) noexcept = 0;
+};
+
+class bus_port {
+ public:
+  virtual ~bus_port() = default;
+  /// The bus is connected and ready (any thread). While it is not, subs and pubs are refused.
+  virtual bool up() const noexcept = 0;
+  /// Shard thread. False: refused (the bus is down); nothing was taken.
+  virtual bool subscribe(std::unique_ptr<bus_sub> s) noexcept = 0;
+  /// Shard thread: the shard no longer holds `topic`. Never refused.
+  virtual void release(std::uint32_t shard, std::string_view topic) noexcept = 0;
+  /// A client's pub (shard thread). False: refused at once (down). A failure later comes back
+  /// as a pub_failed reply.
+  virtual bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept = 0;
+};
+
+}  // namespace wspush::server::pubsub
