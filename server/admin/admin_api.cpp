@@ -229,6 +229,17 @@ void admin_api::state::publish_batch(const proto::http_request& req, std::size_t
                                      bool close) {
   std::string_view body = req.body;
   std::size_t lines = 0, unavailable = 0;
+  if (sink.wants_prepare()) {  // a bus outside the process: all lines go out back to back first
+    for (std::string_view rest = body; !rest.empty();) {
+      const std::size_t lf = rest.find('\n');
+      const std::string_view line = trim_json_space(rest.substr(0, lf));
+      const std::size_t line_readable = readable - static_cast<std::size_t>(line.data() - req.body.data());
+      rest.remove_prefix(lf == std::string_view::npos ? rest.size() : lf + 1);
+      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+      std::string_view topic, data;
+      if (extract(line, line_readable, topic, data).empty()) sink.prepare(topic, data);
+    }
+  }
   text = "{\"results\":[";
   while (!body.empty()) {
     const std::size_t lf = body.find('\n');
@@ -327,6 +338,7 @@ bool admin_api::respond(const proto::http_request& req, std::size_t body_readabl
     case route::healthz: s.reply(out, 200, k_json, "{\"status\":\"ok\"}", close); break;
     default:
       if (s.draining.load(std::memory_order_relaxed)) s.reply(out, 503, k_json, "{\"status\":\"draining\"}", close);
+      else if (!s.sink.ready()) s.reply(out, 503, k_json, "{\"status\":\"bus_down\"}", close, "Retry-After: 1\r\n");
       else s.reply(out, 200, k_json, "{\"status\":\"ready\"}", close);
   }
   return close;

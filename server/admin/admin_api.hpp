@@ -49,6 +49,14 @@ class publish_sink {
   /// After the last publish of a request (one for /publish, once per /publish/batch): the
   /// moment to wake the shards once for everything just posted.
   virtual void end_batch() noexcept {}
+  /// Whether publishes can be taken now (false while a bus outside the process is down):
+  /// /readyz answers 503 while it is not.
+  virtual bool ready() const noexcept { return true; }
+  /// A first pass over a batch (/publish/batch), before any publish() of it: a sink that sends
+  /// to a bus may send them all back to back here; publish() then takes their answers, in the
+  /// same order. Called only when wants_prepare().
+  virtual bool wants_prepare() const noexcept { return false; }
+  virtual void prepare(std::string_view topic, std::string_view data_raw) noexcept {}
 };
 
 struct admin_api_options {

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/bus/redis_url.hpp"
+
 namespace wspush::server {
 namespace {
 
@@ -129,6 +131,20 @@ const std::vector<option>& options() {
       {"jwt-secret-file", "FILE", "read the HS256 secret from FILE (one trailing newline is ignored)",
        [](const config&) { return std::string("(unset)"); },
        [](config& c, std::string_view v) { c.jwt_secret = read_secret_file(std::string(v)); }},
+      {"bus", "URL", "embedded (this process alone), or redis://[:password@]host:port[/db]: nodes share publishes and history through Redis 7",
+       [](const config& c) { return c.bus.empty() ? std::string("embedded") : c.bus; },
+       [](config& c, std::string_view v) {
+         if (v == "embedded") {
+           c.bus.clear();
+           return;
+         }
+         try {
+           bus::parse_redis_url(v);
+         } catch (const std::invalid_argument& e) {
+           throw config_error(e.what());
+         }
+         c.bus = v;
+       }},
       {"reuseport", "", "let several wspush processes share the listening port (SO_REUSEPORT)",
        [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
        [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},
@@ -224,6 +240,8 @@ config parse_config(int argc, char** argv) {
   if (!c.auth_none && c.jwt_secret.empty())
     throw config_error("no token secret: give --jwt-secret or --jwt-secret-file (or WSPUSH_JWT_SECRET), "
                        "or --auth=none to let anyone connect without a token");
+  if (!c.bus.empty() && c.mode != app_mode::pubsub)
+    throw config_error("--bus=redis://... carries the pub/sub protocol: it needs --mode=pubsub");
   if (c.tls_cert.empty() != c.tls_key.empty())
     throw config_error("--tls-cert and --tls-key go together: give both (TLS) or neither (plain ws://)");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());

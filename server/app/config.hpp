@@ -28,6 +28,7 @@ struct config {
   bool auth_none = false;
   std::string jwt_secret;       // from --jwt-secret, or read from --jwt-secret-file
   bool reuseport = false;
+  std::string bus;  // empty: the embedded bus; else redis://[:password@]host:port[/db]
   std::string tls_cert, tls_key;  // both: the public listener speaks TLS (wss://, https://)
   std::uint32_t history_size = 100;   // per topic
   double history_ttl = 300;

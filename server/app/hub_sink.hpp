@@ -1,7 +1,12 @@
 #pragma once
 // The admin API's publishes (admin/admin_api.hpp's publish_sink), into the hub.
 
+#include <chrono>
+#include <deque>
+#include <string>
+
 #include "server/admin/admin_api.hpp"
+#include "server/bus/redis_bus.hpp"
 #include "server/pubsub/hub.hpp"
 
 namespace wspush::server {
@@ -23,6 +28,50 @@ class hub_sink final : public publish_sink {
  private:
   pubsub::hub& _hub;
   pubsub::history_id _id;
+};
+
+/// Publishes through the Redis bus: each waits for Redis's answer (the id it assigned); a
+/// batch goes out back to back first (prepare), then its answers are taken in order.
+class bus_sink final : public publish_sink {
+ public:
+  explicit bus_sink(bus::redis_bus& b) : _bus(b) {}
+  publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
+    try {
+      std::uint64_t ticket;
+      if (!_queued.empty()) {
+        ticket = _queued.front();
+        _queued.pop_front();
+      } else {
+        ticket = _bus.publish_queue(topic, data_raw);
+      }
+      switch (_bus.publish_collect(ticket, _id, answer_timeout)) {
+        case bus::bus_publish::ok: return {publish_outcome::ok, _id};
+        case bus::bus_publish::refused: return {publish_outcome::unavailable, "refused by Redis"};
+        case bus::bus_publish::unavailable: break;
+      }
+    } catch (const std::exception&) {
+    }
+    return {publish_outcome::unavailable, "the bus is down"};
+  }
+  void end_batch() noexcept override {
+    std::string ignored;
+    for (std::uint64_t t : _queued) _bus.publish_collect(t, ignored, answer_timeout);
+    _queued.clear();
+  }
+  bool ready() const noexcept override { return _bus.up(); }
+  bool wants_prepare() const noexcept override { return true; }
+  void prepare(std::string_view topic, std::string_view data_raw) noexcept override {
+    try {
+      _queued.push_back(_bus.publish_queue(topic, data_raw));
+    } catch (const std::exception&) {
+    }
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds answer_timeout{5000};
+  bus::redis_bus& _bus;
+  std::string _id;
+  std::deque<std::uint64_t> _queued;
 };
 
 /// Echo and broadcast have no topics: every publish is answered 503 (unavailable).

@@ -22,6 +22,7 @@
 #include "server/app/metrics_wiring.hpp"
 #include "server/app/shard.hpp"
 #include "server/base/log.hpp"
+#include "server/bus/redis_bus.hpp"
 #include "server/net/socket_ops.hpp"
 #include "server/net/tls_context.hpp"
 #include "server/web/site.hpp"
@@ -145,11 +146,23 @@ std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush:
   ho.ttl_ns = std::uint64_t(cfg.history_ttl * 1e9);
   ho.max_bytes = cfg.history_max_bytes;
   auto h = std::make_unique<wspush::server::pubsub::hub>(ho, buffers);
-  if (cfg.mode == app_mode::pubsub)
+  if (cfg.mode == app_mode::pubsub && cfg.bus.empty())
     log(log_level::info, "history: %u events per topic, %gs, at most %llu bytes in all (epoch %.*s)", cfg.history_size,
         cfg.history_ttl, (unsigned long long)cfg.history_max_bytes, int(h->events().epoch().size()),
         h->events().epoch().data());
   return h;
+}
+
+/// --bus=redis://...: the Redis bus (it connects, and keeps reconnecting, on its own thread).
+std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspush::pool::buffer_pool& buffers) {
+  if (cfg.bus.empty()) return nullptr;
+  wspush::server::bus::redis_bus_options o;
+  o.target = wspush::server::bus::parse_redis_url(cfg.bus);  // checked by parse_config
+  o.history_size = cfg.history_size;
+  o.history_ttl = cfg.history_ttl;
+  log(log_level::info, "bus: Redis at %s; history in its streams: %u events per topic, %gs", o.target.describe().c_str(),
+      cfg.history_size, cfg.history_ttl);
+  return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
 }
 
 int run(const config& cfg) {
@@ -166,9 +179,10 @@ int run(const config& cfg) {
   std::optional<wspush::proto::jwt_verifier> tokens;
   if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
   std::unique_ptr<wspush::server::pubsub::hub> hub = make_hub(cfg, buffers);
+  std::unique_ptr<wspush::server::bus::redis_bus> bus = make_bus(cfg, buffers);
   const wspush::server::web::site site;
   std::unique_ptr<wspush::server::tls_server> tls = make_tls(cfg);
-  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get()};
+  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get(), bus.get()};
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -178,6 +192,14 @@ int run(const config& cfg) {
     if (shards.back()->port()) ports.push_back(shards.back()->port());
   }
   if (hub) hub->attach(ports);
+  if (bus) {
+    bus->attach(ports);
+    std::string why;
+    if (!bus->start(why)) {
+      log(log_level::error, "cannot start the bus: %s", why.c_str());
+      return 1;
+    }
+  }
 
   std::vector<std::thread> threads;
   std::vector<shard_start> starts = start_shards(shards, threads);
@@ -188,11 +210,20 @@ int run(const config& cfg) {
   if (tls) register_tls_metrics(metrics, shard_ptrs);
   no_pubsub_sink no_sink;
   std::optional<hub_sink> sink;
+  std::optional<bus_sink> redis_sink;
   if (hub && cfg.mode == app_mode::pubsub) {
     register_pubsub_metrics(metrics, shard_ptrs, *hub);
-    sink.emplace(*hub);
+    if (bus) {
+      register_bus_metrics(metrics, *bus);
+      redis_sink.emplace(*bus);
+    } else {
+      sink.emplace(*hub);
+    }
   }
-  admin_server admin(admin_options_of(cfg), sink ? static_cast<publish_sink&>(*sink) : no_sink, &metrics);
+  publish_sink& admin_sink = redis_sink ? static_cast<publish_sink&>(*redis_sink)
+                             : sink     ? static_cast<publish_sink&>(*sink)
+                                        : static_cast<publish_sink&>(no_sink);
+  admin_server admin(admin_options_of(cfg), admin_sink, &metrics);
   admin.start();
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
   log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),
@@ -208,6 +239,7 @@ int run(const config& cfg) {
   // A shard that has drained stops; the hub's ports never wait on it (publishes to it are
   // dropped and counted), so the admin listener keeps answering until every shard is done.
   for (auto& t : threads) t.join();
+  if (bus) bus->stop();
   admin.stop();
   tasks.shutdown(wspush::pool::shutdown_mode::soft_timeout);
   std::uint64_t accepted = 0;

@@ -90,6 +90,21 @@ void register_lag_series(metrics_registry& m, const std::vector<shard*>& shards)
 
 }  // namespace
 
+void register_bus_metrics(metrics_registry& m, bus::redis_bus& b) {
+  bus::redis_bus* p = &b;
+  m.add_gauge_fn("wspush_bus_up", [p] { return p->up() ? 1.0 : 0.0; });
+  m.add_gauge_fn("wspush_bus_topics", [p] { return double(p->counters().topics.get()); });
+  m.add_counter_fn("wspush_bus_events_total", [p] { return double(p->counters().events_in.get()); });
+  m.add_counter_fn("wspush_bus_malformed_total", [p] { return double(p->counters().malformed.get()); });
+  m.add_counter_fn("wspush_bus_reconnects_total", [p] { return double(p->counters().reconnects.get()); });
+  m.add_counter_fn("wspush_bus_commands_total", [p] { return double(p->counters().subscribes.get()); }, {},
+                   {{"command", "subscribe"}});
+  m.add_counter_fn("wspush_bus_commands_total", [p] { return double(p->counters().unsubscribes.get()); }, {},
+                   {{"command", "unsubscribe"}});
+  m.add_counter_fn("wspush_bus_dropped_total", [p] { return double(p->counters().dropped.get()); });
+  m.add_counter_fn("wspush_bus_catchup_events_total", [p] { return double(p->counters().catchup_events.get()); });
+}
+
 void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards) {
   for (std::size_t k = 0; k < std::size_t(tls_result::count_); ++k) {
     const auto r = tls_result(k);

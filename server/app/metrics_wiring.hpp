@@ -7,6 +7,7 @@
 #include "pool/task_pool.hpp"
 #include "server/admin/metrics.hpp"
 #include "server/app/shard.hpp"
+#include "server/bus/redis_bus.hpp"
 #include "server/pubsub/hub.hpp"
 
 namespace wspush::server {
@@ -16,6 +17,8 @@ namespace wspush::server {
 void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks);
 
 /// Registers the pub/sub series: publishes, fan-out, topics and subscriptions, history.
+/// With --bus=redis://...: the bus's state and traffic.
+void register_bus_metrics(metrics_registry& m, bus::redis_bus& b);
 /// With --tls-cert: the TLS handshake results.
 void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards);
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub);

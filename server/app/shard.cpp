@@ -23,9 +23,12 @@ shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(list
   _fanout = std::make_unique<pubsub::fanout>(_loop, event_inbox_capacity, s.hub->events().part_count(), ro);
   if (cfg.mode == app_mode::broadcast)
     _app = std::make_unique<pubsub::broadcast_app>(*s.hub, *_fanout);
-  else
-    _app = std::make_unique<pubsub::session>(cfg.session, s.tokens, *s.hub, *_fanout,
-                                             cfg.conn.max_message_bytes, index == 0);
+  else {
+    auto session = std::make_unique<pubsub::session>(cfg.session, s.tokens, *s.hub, *_fanout,
+                                                     cfg.conn.max_message_bytes, index == 0);
+    if (s.bus) session->use_bus(*s.bus, std::uint32_t(index));
+    _app = std::move(session);
+  }
 }
 
 shard::~shard() {

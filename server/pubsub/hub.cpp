@@ -27,7 +27,7 @@ pool::frame_ref hub::encode(std::string_view topic, std::string_view id, std::st
 
 void hub::offer_all(const event& e, bool wake) noexcept {
   for (event_port* p : _ports) {
-    event copy{e.frame, e.topic, e.seq, e.part};
+    event copy{e.frame, e.topic, e.seq, e.part, {}};
     if (!p->offer(std::move(copy), wake)) _dropped.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -52,7 +52,7 @@ publish_status hub::publish(std::string_view topic, std::string_view data_raw, h
 
 publish_status hub::relay(pool::frame_ref frame, std::string_view topic) noexcept {
   if (crowded()) return publish_status::busy;
-  offer_all(event{std::move(frame), topic, 0, no_part}, true);
+  offer_all(event{std::move(frame), topic, 0, no_part, {}}, true);
   return publish_status::ok;
 }
 

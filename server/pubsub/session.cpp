@@ -44,12 +44,24 @@ void session::bind(conn_ops& ops) noexcept {
   _fanout.bind(ops);
 }
 
+void session::use_bus(bus_port& bus, std::uint32_t shard) noexcept {
+  _bus = &bus;
+  _shard = shard;
+  _fanout.set_reply_handler(*this);
+}
+
 bool session::on_open(conn_id c, const open_info& info) noexcept {
   return !_tokens || _sessions.set(c, info.exp, info.topics, info.pub);
 }
 
 void session::on_close(conn_id c) noexcept {
-  if (_fanout.registry().unsubscribe_all(c)) _fanout.count_subscriptions();  // a reused slot starts with no topics
+  if (_bus) {
+    unsubscribe_all(c);
+    for (auto& [id, w] : _waiting_subs)
+      if (w.conn == c) w.closed = true;  // its answer finds no one (a reused slot is another connection)
+  } else if (_fanout.registry().unsubscribe_all(c)) {
+    _fanout.count_subscriptions();  // a reused slot starts with no topics
+  }
   _sessions.clear(c);
 }
 
@@ -59,7 +71,7 @@ void session::on_expired(conn_id c) noexcept {
 }
 
 void session::on_tick(std::uint32_t tick) noexcept {
-  if (_expire_history && tick % expire_every_ticks == 0) _hub.events().expire(monotonic_ns());
+  if (_expire_history && !_bus && tick % expire_every_ticks == 0) _hub.events().expire(monotonic_ns());
 }
 
 /// Frames a JSON text written by `encode(std::span<char>) -> bytes` (at most `bound`) and
@@ -107,6 +119,7 @@ proto::grants_view session::grants_of(conn_id c, bool pub) const noexcept {
 }
 
 void session::client_sub(conn_id c) noexcept {
+  if (_bus) return bus_sub(c);
   auto topics = _env->topics();
   proto::grants_view granted = grants_of(c, false);
   for (std::string_view t : topics)  // all or nothing: a refused sub changes nothing
@@ -161,7 +174,8 @@ std::uint32_t session::replay_since(std::uint32_t added, std::string_view* lost)
 
 void session::client_unsub(conn_id c) noexcept {
   auto topics = _env->topics();
-  for (std::string_view t : topics) _fanout.registry().unsubscribe(c, t);
+  for (std::string_view t : topics)
+    if (_fanout.registry().unsubscribe(c, t) && _bus) release_if_unheld(t);
   _fanout.count_subscriptions();
   reply(c, 64 + names_bound(topics), [&](std::span<char> out) { return proto::encode_unsubbed(topics, out); });
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
@@ -174,6 +188,7 @@ void session::client_pub(conn_id c) noexcept {
     n.client_pubs_forbidden.add();
     return client_error(c, proto::client_error::forbidden, env.topic);
   }
+  if (_bus) return bus_pub(c);
   history_id id;
   // A shard never waits on a crowded sibling: the hub refuses instead (two shards waiting on
   // each other's full inbox would wait forever).
@@ -206,12 +221,146 @@ void session::client_auth(conn_id c) noexcept {
     _gone.emplace_back(_names.data() + _names.size(), t.size());
     _names.append(t);
   });
-  for (std::string_view t : _gone) reg.unsubscribe(c, t);
+  for (std::string_view t : _gone) {
+    reg.unsubscribe(c, t);
+    if (_bus) release_if_unheld(t);
+  }
   if (!_gone.empty()) _fanout.count_subscriptions();
   std::span<const std::string_view> names(_gone);
   reply(c, 64 + names_bound(names), [&](std::span<char> out) { return proto::encode_authed(claims.exp, names, out); });
   _ops->expiry_changed(c);
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+// ---- with a bus outside the process (Redis) ---------------------------------------------------
+
+bool session::holds(std::string_view topic) const noexcept {
+  if (_fanout.registry().subscriber_count(topic) > 0) return true;
+  auto it = _waiting_topics.find(std::string(topic));
+  return it != _waiting_topics.end() && it->second > 0;
+}
+
+void session::release_if_unheld(std::string_view topic) noexcept {
+  if (!holds(topic)) _bus->release(_shard, topic);
+}
+
+void session::unsubscribe_all(conn_id c) noexcept {
+  topic_registry& reg = _fanout.registry();
+  _names.clear();
+  _gone.clear();
+  reg.topics_of(c, [&](std::string_view t) {
+    _gone.emplace_back(_names.data() + _names.size(), t.size());
+    _names.append(t);
+  });
+  if (_gone.empty()) return;
+  reg.unsubscribe_all(c);
+  _fanout.count_subscriptions();
+  for (std::string_view t : _gone) release_if_unheld(t);
+}
+
+/// A `sub` through the bus: its answer comes later (on_bus_reply); until then the connection's
+/// next messages wait (conn_ops::hold), so they are still handled in order.
+void session::bus_sub(conn_id c) noexcept {
+  auto topics = _env->topics();
+  proto::grants_view granted = grants_of(c, false);
+  for (std::string_view t : topics)
+    if (!proto::grants_match(granted, t)) return client_error(c, proto::client_error::forbidden, t);
+  topic_registry& reg = _fanout.registry();
+  std::unique_ptr<pubsub::bus_sub> s;
+  waiting_sub w;
+  try {
+    s = std::make_unique<pubsub::bus_sub>();
+    s->topics.reserve(topics.size());
+    std::uint32_t have = reg.topic_count_of(c), adding = 0;
+    for (std::string_view t : topics) {
+      bool mine = false;
+      reg.topics_of(c, [&](std::string_view x) { mine |= x == t; });
+      std::string since;
+      for (const proto::since_entry& e : _env->since())
+        if (e.topic == t && !mine) since.assign(e.id);  // already subscribed: it has them live
+      s->topics.emplace_back(t);
+      s->since.push_back(std::move(since));
+      s->new_hold.push_back(!mine && !holds(t));
+      if (!mine) {
+        ++adding;
+        w.counted.emplace_back(t);
+        ++_waiting_topics[std::string(t)];
+      }
+    }
+    if (have + adding > _o.max_topics_per_connection) {
+      for (const std::string& t : w.counted) --_waiting_topics[t];
+      return client_error(c, proto::client_error::too_many_subscriptions, topics.front());
+    }
+  } catch (const std::bad_alloc&) {
+    for (const std::string& t : w.counted) --_waiting_topics[t];
+    return client_error(c, proto::client_error::unavailable, topics.front());
+  }
+  const std::uint64_t request = _next_request++;
+  s->shard = _shard;
+  s->conn = c;
+  s->request = request;
+  w.conn = c;
+  std::vector<std::string> counted = w.counted;
+  _waiting_subs.emplace(request, std::move(w));
+  if (!_bus->subscribe(std::move(s))) {  // the bus is down: nothing was taken, no hold either
+    _waiting_subs.erase(request);
+    for (const std::string& t : counted)
+      if (--_waiting_topics[t] == 0) _waiting_topics.erase(t);
+    return client_error(c, proto::client_error::unavailable, topics.front());
+  }
+  _ops->hold(c);
+}
+
+void session::bus_pub(conn_id c) noexcept {
+  pubsub_counters& n = _fanout.counters();
+  if (!_bus->publish(_shard, c, _env->topic, _env->data)) {
+    n.client_pubs_unavailable.add();
+    return client_error(c, proto::client_error::unavailable, _env->topic);
+  }
+  n.client_pubs_ok.add();
+  if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+/// The bus answered a sub (or refused a pub). Comes through the event inbox: every event
+/// before it was offered to the shard's subscribers before the connection joins them.
+void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
+  if (r->kind == bus_reply::pub_failed) {
+    _fanout.counters().client_pubs_unavailable.add();
+    if (_ops->is_open(r->conn)) client_error(r->conn, proto::client_error::unavailable, r->pub_topic);
+    return;
+  }
+  auto it = _waiting_subs.find(r->request);
+  if (it == _waiting_subs.end()) return;
+  waiting_sub w = std::move(it->second);
+  _waiting_subs.erase(it);
+  for (const std::string& t : w.counted) {
+    auto wt = _waiting_topics.find(t);
+    if (wt != _waiting_topics.end() && --wt->second == 0) _waiting_topics.erase(wt);
+  }
+  const conn_id c = r->conn;
+  const bool here = !w.closed && _ops->is_open(c);
+  if (here && r->kind == bus_reply::subbed) {
+    topic_registry& reg = _fanout.registry();
+    for (const std::string& t : r->topics) reg.subscribe(c, t);
+    _fanout.count_subscriptions();
+  }
+  // Topics this shard held only for this sub (it failed, or its connection left).
+  for (const std::string& t : w.counted) release_if_unheld(t);
+  if (!here) return;
+  if (r->kind == bus_reply::sub_failed) {
+    client_error(c, proto::client_error::unavailable, r->topics.empty() ? std::string_view{} : r->topics.front());
+  } else {
+    std::vector<std::string_view> topics(r->topics.begin(), r->topics.end());
+    std::vector<std::string_view> lost(r->lost.begin(), r->lost.end());
+    bool ok = reply(c, 64 + names_bound(topics) + names_bound(lost),
+                    [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out); });
+    for (pool::frame_ref& f : r->frames) {
+      ok = ok && _ops->send(c, std::move(f));
+      if (ok) _fanout.counters().deliveries.add();
+    }
+    if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+  }
+  if (_ops->is_open(c)) _ops->resume(c);
 }
 
 }  // namespace wspush::server::pubsub

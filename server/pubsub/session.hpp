@@ -18,19 +18,25 @@
 #include "proto/topic.hpp"
 #include "server/base/options.hpp"
 #include "server/conn/app.hpp"
+#include <unordered_map>
+
+#include "server/pubsub/bus_port.hpp"
 #include "server/pubsub/fanout.hpp"
 #include "server/pubsub/hub.hpp"
 #include "server/pubsub/session_table.hpp"
 
 namespace wspush::server::pubsub {
 
-class session final : public application {
+class session final : public application, private bus_reply_handler {
  public:
   /// `tokens`: connections carry token grants, refreshed in-band with `auth` (null with
   /// --auth=none: everyone may subscribe to anything). `expire_history`: this shard sweeps the
   /// history's TTL (one shard does). `tokens` must outlive the session.
   session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
           std::uint32_t max_message_bytes, bool expire_history);
+  /// With a bus outside the process (Redis): subs, pubs and history go through it, and this
+  /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp).
+  void use_bus(bus_port& bus, std::uint32_t shard) noexcept;
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
@@ -51,6 +57,13 @@ class session final : public application {
   bool reply(conn_id c, std::size_t bound, Encode&& encode) noexcept;
   std::uint32_t replay_since(std::uint32_t added, std::string_view* lost) noexcept;
   proto::grants_view grants_of(conn_id c, bool pub) const noexcept;
+  // With a bus (Redis).
+  void bus_sub(conn_id c) noexcept;
+  void bus_pub(conn_id c) noexcept;
+  void on_bus_reply(std::unique_ptr<bus_reply> r) noexcept override;
+  bool holds(std::string_view topic) const noexcept;
+  void release_if_unheld(std::string_view topic) noexcept;
+  void unsubscribe_all(conn_id c) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
@@ -64,6 +77,17 @@ class session final : public application {
   std::vector<pool::frame_ref> _replay;  // scratch: a sub's replayed events
   std::string _names;                    // scratch: topic names an auth removes (the registry forgets them)
   std::vector<std::string_view> _gone;   // scratch: views into _names
+  // With a bus: the subs it has not answered yet, and per topic how many of them want it.
+  struct waiting_sub {
+    conn_id conn = 0;
+    bool closed = false;                // the connection went away meanwhile
+    std::vector<std::string> counted;   // topics it added to _waiting_topics
+  };
+  bus_port* _bus = nullptr;
+  std::uint32_t _shard = 0;
+  std::uint64_t _next_request = 1;
+  std::unordered_map<std::uint64_t, waiting_sub> _waiting_subs;
+  std::unordered_map<std::string, std::uint32_t> _waiting_topics;
 };
 
 }  // namespace wspush::server::pubsub

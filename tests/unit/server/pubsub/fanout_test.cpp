@@ -49,7 +49,7 @@ event make_event(pool::buffer_pool& b, std::string_view topic, std::string bytes
   pool::lease l = b.acquire(bytes.size());
   std::memcpy(l.data(), bytes.data(), bytes.size());
   l.set_size(bytes.size());
-  return event{pool::frame_ref::adopt(std::move(l)), topic, seq, 0};
+  return event{pool::frame_ref::adopt(std::move(l)), topic, seq, 0, {}};
 }
 
 }  // namespace

@@ -1,0 +1,865 @@
+#include "server/bus/redis_bus.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include <hiredis/hiredis.h>
+
+#include "proto/envelope.hpp"
+#include "proto/topic.hpp"
+#include "proto/ws_frame.hpp"
+#include "server/base/log.hpp"
+
+namespace wspush::server::bus {
+
+extern const char* const redis_functions;  // wspush.lua, built in (redis_functions.cpp)
+
+namespace {
+
+constexpr std::uint64_t key_sub = 1, key_cmd = 2;
+constexpr std::string_view topic_prefix = "wspush:topic:";
+constexpr std::string_view node_prefix = "wspush:node:";
+constexpr std::size_t channels_per_command = 1000;
+constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
+constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
+constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
+
+/// "<epoch>:<ms>-<seq>" → (ms, seq); false when malformed.
+bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexcept {
+  const auto colon = id.find(':');
+  if (colon == 0 || colon == std::string_view::npos || colon > 16) return false;
+  for (char c : id.substr(0, colon))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  std::string_view rest = id.substr(colon + 1);
+  const auto dash = rest.find('-');
+  if (dash == 0 || dash == std::string_view::npos || dash + 1 == rest.size()) return false;
+  auto num = [](std::string_view s, std::uint64_t& v) {
+    if (s.size() > 19) return false;
+    v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + std::uint64_t(c - '0');
+    }
+    return true;
+  };
+  return num(rest.substr(0, dash), ms) && num(rest.substr(dash + 1), seq);
+}
+
+struct id_key {
+  std::uint64_t ms = 0, seq = 0;
+  bool operator>(const id_key& o) const noexcept { return ms != o.ms ? ms > o.ms : seq > o.seq; }
+};
+
+id_key key_of(std::string_view id) noexcept {
+  id_key k;
+  parse_id(id, k.ms, k.seq);
+  return k;
+}
+
+std::string_view str(const redisReply* r) noexcept {
+  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
+             ? std::string_view(r->str, r->len)
+             : std::string_view{};
+}
+
+std::string random_node_id() {
+  std::random_device rd;
+  std::uint64_t v = (std::uint64_t(rd()) << 32) ^ rd();
+  static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::string s;
+  for (int k = 0; k < 10; ++k, v /= 36) s += digits[v % 36];
+  return s;
+}
+
+}  // namespace
+
+// ---- the parts ------------------------------------------------------------------------------
+
+struct redis_bus::waiter {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  bus_publish result = bus_publish::unavailable;
+  std::string id;
+  void finish(bus_publish r, std::string_view text) {
+    std::lock_guard lock(m);
+    result = r;
+    id.assign(text);
+    done = true;
+    cv.notify_all();
+  }
+};
+
+struct redis_bus::request {
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub } kind = sub;
+  std::uint32_t shard = 0;
+  conn_id conn = 0;
+  std::string topic, data;
+  std::unique_ptr<pubsub::bus_sub> s;
+  std::shared_ptr<waiter> w;
+};
+
+struct redis_bus::op {
+  enum kind_t : std::uint8_t { setup, epoch, replay, client_pub, admin_pub, marker, other };
+  explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
+  kind_t kind;
+  std::uint64_t pid = 0;
+  std::uint32_t index = 0;
+  std::uint32_t shard = 0;
+  conn_id conn = 0;
+  std::string topic;
+  std::shared_ptr<waiter> w;
+  redis_bus* bus = nullptr;
+};
+
+struct redis_bus::topic_state {
+  std::uint16_t holders = 0;
+  enum state_t : std::uint8_t { idle, subscribing, active, unsubscribing } state = idle;
+  bool needs_catchup = false;       // resubscribed after an outage: replay what was missed
+  std::uint64_t catchup = 0;        // the catch-up under way (its live events are kept aside)
+  std::vector<std::uint64_t> waiting;    // subs waiting for the confirmation
+  std::vector<std::uint64_t> replaying;  // subs keeping live events aside
+  std::string last_id;              // the last event seen (where a catch-up starts)
+};
+
+struct redis_bus::pending {
+  enum kind_t : std::uint8_t { sub, catchup } kind = sub;
+  std::unique_ptr<pubsub::bus_sub> s;
+  std::uint32_t unconfirmed = 0, replies_left = 0;
+  bool marker_seen = false, failed = false;
+  struct part {
+    std::string topic, since;
+    bool lost = false, replaying = false, overflow = false;
+    id_key last;  // the newest id replayed (or `since`)
+    std::vector<pool::frame_ref> entries;
+    std::vector<std::pair<id_key, pool::frame_ref>> live;
+  };
+  std::vector<part> parts;
+};
+
+// ---- hiredis callbacks ----------------------------------------------------------------------
+
+namespace {
+
+void reply_cb(redisAsyncContext*, void* reply, void* priv) {
+  auto* o = static_cast<redis_bus::op*>(priv);
+  o->bus->on_reply(o, reply);
+}
+
+void sub_cb(redisAsyncContext*, void* reply, void* priv) { static_cast<redis_bus*>(priv)->on_sub_message(reply); }
+
+}  // namespace
+
+// ---- set-up and shutdown --------------------------------------------------------------------
+
+redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
+    : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}), _sub(_loop, key_sub, *this), _cmd(_loop, key_cmd, *this),
+      _node_channel(std::string(node_prefix) + random_node_id()) {}
+
+redis_bus::~redis_bus() { stop(); }
+
+bool redis_bus::start(std::string& why) {
+  bool fell_back = false;
+  if (!_loop.start(false, -1, why, fell_back)) return false;  // epoll: it can watch hiredis's sockets
+  _backlog.resize(_ports.size());
+  _running = true;
+  _thread = std::thread([this] { _loop.run(*this); });
+  return true;
+}
+
+void redis_bus::stop() {
+  if (!_running.exchange(false)) return;
+  _loop.request_drain();
+  if (_thread.joinable()) _thread.join();
+  _up = false;
+}
+
+std::uint64_t redis_bus::on_drain_begin() noexcept {
+  _sub.disconnect();
+  _cmd.disconnect();
+  return 0;
+}
+
+// ---- requests from other threads ------------------------------------------------------------
+
+bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
+  if (!up()) return false;
+  try {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::sub, s->shard, s->conn, {}, {}, std::move(s), {}});
+  } catch (...) {
+    return false;
+  }
+  _loop.wake();
+  return true;
+}
+
+void redis_bus::release(std::uint32_t shard, std::string_view topic) noexcept {
+  try {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::release, shard, 0, std::string(topic), {}, {}, {}});
+  } catch (...) {
+    log_ratelimited(log_level::error, "bus: out of memory; a topic stays subscribed");
+    return;
+  }
+  _loop.wake();
+}
+
+bool redis_bus::publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept {
+  if (!up()) return false;
+  try {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::client_pub, shard, c, std::string(topic), std::string(data), {}, {}});
+  } catch (...) {
+    return false;
+  }
+  _loop.wake();
+  return true;
+}
+
+std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data) {
+  auto w = std::make_shared<waiter>();
+  std::uint64_t ticket;
+  {
+    std::lock_guard lock(_tickets_m);
+    ticket = _next_ticket++;
+    _tickets.emplace(ticket, w);
+  }
+  if (!up()) {
+    w->finish(bus_publish::unavailable, "the bus is down");
+    return ticket;
+  }
+  {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::admin_pub, 0, 0, std::string(topic), std::string(data), {}, w});
+  }
+  _loop.wake();
+  return ticket;
+}
+
+bus_publish redis_bus::publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout) {
+  std::shared_ptr<waiter> w;
+  {
+    std::lock_guard lock(_tickets_m);
+    auto it = _tickets.find(ticket);
+    if (it == _tickets.end()) return bus_publish::unavailable;
+    w = std::move(it->second);
+    _tickets.erase(it);
+  }
+  std::unique_lock lock(w->m);
+  if (!w->cv.wait_for(lock, timeout, [&] { return w->done; })) return bus_publish::unavailable;
+  id = w->id;
+  return w->result;
+}
+
+bus_publish redis_bus::publish_wait(std::string_view topic, std::string_view data, std::string& id,
+                                    std::chrono::milliseconds timeout) {
+  return publish_collect(publish_queue(topic, data), id, timeout);
+}
+
+// ---- the loop -------------------------------------------------------------------------------
+
+void redis_bus::on_turn() noexcept {
+  take_requests();
+  send_batches();
+  // What the shards' inboxes refused before goes first, in order.
+  for (std::size_t k = 0; k < _backlog.size(); ++k) {
+    auto& b = _backlog[k];
+    while (!b.empty() && _ports[k]->offer(std::move(b.front()), false)) b.pop_front();
+  }
+  for (pubsub::event_port* p : _ports) p->wake();
+}
+
+void redis_bus::on_tick(std::uint32_t tick) noexcept {
+  _tick = tick;
+  if (!_up.load(std::memory_order_relaxed) && _sub.idle() && _cmd.idle() && tick >= _retry_at) connect_links();
+}
+
+void redis_bus::on_ready(std::uint64_t key, bool r, bool w) noexcept {
+  if (key == key_sub) _sub.on_ready(r, w);
+  else if (key == key_cmd) _cmd.on_ready(r, w);
+}
+
+void redis_bus::take_requests() noexcept {
+  {
+    std::lock_guard lock(_req_m);
+    if (_requests.empty()) return;
+    _taking.swap(_requests);
+  }
+  for (request& r : _taking) handle(r);
+  _taking.clear();
+}
+
+void redis_bus::handle(request& r) noexcept {
+  switch (r.kind) {
+    case request::sub: return handle_sub(std::move(r.s));
+    case request::release: return handle_release(r.shard, r.topic);
+    case request::client_pub:
+    case request::admin_pub: return handle_publish(r);
+  }
+}
+
+bool redis_bus::command(std::initializer_list<std::string_view> args, op* o) noexcept {
+  const char* argv[8];
+  std::size_t lens[8];
+  int n = 0;
+  for (std::string_view a : args) {
+    argv[n] = a.data();
+    lens[n++] = a.size();
+  }
+  o->bus = this;
+  if (_cmd.command(n, argv, lens, reply_cb, o)) return true;
+  delete o;
+  return false;
+}
+
+// ---- subscriptions --------------------------------------------------------------------------
+
+void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
+  const std::uint64_t pid = _next_pid++;
+  pending& p = _pending[pid];
+  p.kind = pending::sub;
+  p.parts.resize(s->topics.size());
+  for (std::size_t k = 0; k < s->topics.size(); ++k) {
+    topic_state& ts = _topics[s->topics[k]];
+    if (s->new_hold[k]) ++ts.holders;  // a hold is always taken: the shard releases it later
+    p.parts[k].topic = s->topics[k];
+    p.parts[k].since = s->since[k];
+    if (!_up.load(std::memory_order_relaxed)) continue;
+    if (ts.state == topic_state::idle) {
+      ts.state = topic_state::subscribing;
+      _to_subscribe.push_back(s->topics[k]);
+    }
+    if (ts.state != topic_state::active) {
+      ts.waiting.push_back(pid);
+      ++p.unconfirmed;
+    }
+  }
+  p.s = std::move(s);
+  if (!_up.load(std::memory_order_relaxed)) return fail_pending(p);
+  if (p.unconfirmed == 0) advance(pid);
+}
+
+void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept {
+  auto it = _topics.find(topic);
+  if (it == _topics.end() || it->second.holders == 0) return;
+  topic_state& ts = it->second;
+  if (--ts.holders > 0) return;
+  switch (ts.state) {
+    case topic_state::active:
+      if (ts.catchup) return;  // after its catch-up (finish() looks again)
+      ts.state = topic_state::unsubscribing;
+      _to_unsubscribe.push_back(topic);
+      break;
+    case topic_state::idle:
+      if (ts.waiting.empty()) _topics.erase(it);
+      break;
+    default: break;  // subscribing: confirmed() looks again; unsubscribing: it goes
+  }
+}
+
+void redis_bus::send_batches() noexcept {
+  if (!_sub.connected()) return;
+  auto send = [this](std::string_view verb, std::vector<std::string>& topics) {
+    for (std::size_t at = 0; at < topics.size(); at += channels_per_command) {
+      const std::size_t n = std::min(channels_per_command, topics.size() - at);
+      std::vector<std::string> channels;
+      channels.reserve(n);
+      std::vector<const char*> argv{verb.data()};
+      std::vector<std::size_t> lens{verb.size()};
+      for (std::size_t k = 0; k < n; ++k) {
+        channels.push_back(std::string(topic_prefix) + topics[at + k]);
+        argv.push_back(channels.back().data());
+        lens.push_back(channels.back().size());
+      }
+      if (!_sub.command(int(argv.size()), argv.data(), lens.data(), sub_cb, this)) return;
+      (verb == "SUBSCRIBE" ? _n.subscribes : _n.unsubscribes).add();
+    }
+    topics.clear();
+  };
+  if (!_to_subscribe.empty()) send("SUBSCRIBE", _to_subscribe);
+  if (!_to_unsubscribe.empty()) send("UNSUBSCRIBE", _to_unsubscribe);
+}
+
+void redis_bus::confirmed(const std::string& topic) noexcept {
+  auto it = _topics.find(topic);
+  if (it == _topics.end()) return;
+  topic_state& ts = it->second;
+  if (ts.state != topic_state::subscribing) return;
+  ts.state = topic_state::active;
+  _n.topics.add();
+  std::vector<std::uint64_t> waiting;
+  waiting.swap(ts.waiting);
+  for (std::uint64_t pid : waiting) {
+    auto p = _pending.find(pid);
+    if (p != _pending.end() && p->second.unconfirmed > 0 && --p->second.unconfirmed == 0) advance(pid);
+  }
+  it = _topics.find(topic);
+  if (it == _topics.end()) return;
+  if (it->second.needs_catchup) {
+    // Back after an outage: what was published meanwhile goes to the subscribers that stayed
+    // (once the command connection is set up too: ready_check starts the early ones).
+    if (_up.load(std::memory_order_relaxed)) start_catchup(topic);
+  } else if (it->second.holders == 0 && it->second.catchup == 0) {
+    it->second.state = topic_state::unsubscribing;
+    _to_unsubscribe.push_back(topic);
+  }
+}
+
+void redis_bus::unsubscribed(const std::string& topic) noexcept {
+  auto it = _topics.find(topic);
+  if (it == _topics.end() || it->second.state != topic_state::unsubscribing) return;
+  _n.topics.sub();
+  if (it->second.holders > 0) {  // held again meanwhile: subscribe again
+    it->second.state = topic_state::subscribing;
+    _to_subscribe.push_back(topic);
+    return;
+  }
+  _topics.erase(it);
+}
+
+/// Every topic of the sub is confirmed: answer, or read the history first.
+void redis_bus::advance(std::uint64_t pid) noexcept {
+  pending& p = _pending.at(pid);
+  bool any_since = false;
+  for (const auto& part : p.parts) any_since |= !part.since.empty();
+  if (!any_since) {
+    p.marker_seen = true;
+    return maybe_finish(pid);
+  }
+  start_replay(pid);
+}
+
+/// FCALL wspush_replay for each topic with a `since`, then a marker on this node's channel
+/// right behind them; live events are kept aside until the marker is back.
+void redis_bus::start_replay(std::uint64_t pid) noexcept {
+  pending& p = _pending.at(pid);
+  for (std::uint32_t k = 0; k < p.parts.size(); ++k) {
+    auto& part = p.parts[k];
+    if (part.since.empty()) continue;
+    part.last = key_of(part.since);
+    auto* o = new (std::nothrow) op{op::replay, pid, k};
+    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o)) return fail_pending(p);
+    ++p.replies_left;
+    part.replaying = true;
+    if (p.kind == pending::sub) _topics[part.topic].replaying.push_back(pid);
+  }
+  const std::string token = std::to_string(pid);
+  auto* o = new (std::nothrow) op{op::marker, pid};
+  if (!o || !command({"PUBLISH", _node_channel, token}, o)) return fail_pending(p);
+}
+
+void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
+  auto it = _pending.find(pid);
+  if (it == _pending.end()) return;
+  pending& p = it->second;
+  if (p.failed || p.replies_left > 0 || !p.marker_seen) return;
+  finish(pid, p);
+  _pending.erase(pid);
+}
+
+void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
+  std::unique_ptr<pubsub::bus_reply> r;
+  if (p.kind == pending::sub) {
+    r.reset(new (std::nothrow) pubsub::bus_reply);
+    if (!r) return fail_pending(p);
+  }
+  for (auto& part : p.parts) {
+    auto t = _topics.find(part.topic);
+    if (part.replaying && t != _topics.end()) {
+      auto& rp = t->second.replaying;
+      rp.erase(std::remove(rp.begin(), rp.end(), pid), rp.end());
+    }
+    if (p.kind == pending::catchup) {
+      // To the subscribers that stayed: the replay, then what came live behind it (held back
+      // meanwhile), newer than its last entry.
+      if (part.lost)
+        log_ratelimited(log_level::warn, "bus: the stream of %.*s no longer reaches back to the last event seen before "
+                        "the outage (Redis lost its data, or trimmed it meanwhile): its subscribers may have missed events",
+                        int(part.topic.size()), part.topic.data());
+      for (auto& f : part.entries) offer_all(f, part.topic);
+      _n.catchup_events.add(part.entries.size());
+      for (auto& [k, f] : part.live)
+        if (k > part.last) offer_all(f, part.topic);
+      if (t != _topics.end()) {
+        t->second.catchup = 0;
+        if (t->second.holders == 0 && t->second.state == topic_state::active) {
+          t->second.state = topic_state::unsubscribing;
+          _to_unsubscribe.push_back(part.topic);
+        }
+      }
+      continue;
+    }
+    // The replay, then the live events kept aside, newer than its last entry.
+    if (part.lost) r->lost.push_back(part.topic);
+    for (auto& f : part.entries) r->frames.push_back(std::move(f));
+    for (auto& [k, f] : part.live)
+      if (k > part.last) r->frames.push_back(std::move(f));
+  }
+  if (p.kind == pending::catchup) return;
+  r->kind = pubsub::bus_reply::subbed;
+  r->conn = p.s->conn;
+  r->request = p.s->request;
+  r->topics = std::move(p.s->topics);
+  r->new_hold = std::move(p.s->new_hold);
+  pubsub::event e;
+  e.reply = std::move(r);
+  offer(p.s->shard, std::move(e));
+}
+
+/// The sub cannot be answered (the bus went down): the shard hears sub_failed.
+void redis_bus::fail_pending(pending& p) noexcept {
+  if (p.failed) return;
+  p.failed = true;
+  for (auto& part : p.parts) {
+    auto t = _topics.find(part.topic);
+    if (t == _topics.end()) continue;
+    for (auto* v : {&t->second.waiting, &t->second.replaying}) v->clear();
+    if (p.kind == pending::catchup) t->second.catchup = 0;
+  }
+  if (p.kind != pending::sub || !p.s) return;
+  auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+  if (!r) return;
+  r->kind = pubsub::bus_reply::sub_failed;
+  r->conn = p.s->conn;
+  r->request = p.s->request;
+  r->topics = std::move(p.s->topics);
+  r->new_hold = std::move(p.s->new_hold);
+  pubsub::event e;
+  e.reply = std::move(r);
+  offer(p.s->shard, std::move(e));
+}
+
+// ---- publishes ------------------------------------------------------------------------------
+
+void redis_bus::handle_publish(request& r) noexcept {
+  auto* o = new (std::nothrow) op{r.kind == request::admin_pub ? op::admin_pub : op::client_pub};
+  if (o) {
+    o->shard = r.shard;
+    o->conn = r.conn;
+    o->w = r.w;
+    if (o->kind == op::client_pub) o->topic = r.topic;
+    if (command({"FCALL", "wspush_publish", "0", r.topic, r.data}, o)) return;
+  }
+  // Down (or no memory): the publisher hears it.
+  if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
+  if (r.kind == request::client_pub) {
+    auto rep = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+    if (!rep) return;
+    rep->kind = pubsub::bus_reply::pub_failed;
+    rep->conn = r.conn;
+    rep->pub_topic = r.topic;
+    pubsub::event e;
+    e.reply = std::move(rep);
+    offer(r.shard, std::move(e));
+  }
+}
+
+// ---- replies --------------------------------------------------------------------------------
+
+void redis_bus::on_reply(op* o, void* raw) noexcept {
+  std::unique_ptr<op> hold(o);
+  auto* r = static_cast<redisReply*>(raw);
+  const bool error = r == nullptr || r->type == REDIS_REPLY_ERROR;
+  switch (o->kind) {
+    case op::setup:
+      if (error) log(log_level::error, "bus: Redis refused the set-up: %.*s", int(str(r).size()), str(r).data());
+      return;
+    case op::epoch:
+      if (error) return;
+      _cmd_ready = true;
+      return ready_check();
+    case op::admin_pub:
+      if (o->w) o->w->finish(r == nullptr ? bus_publish::unavailable : error ? bus_publish::refused : bus_publish::ok, str(r));
+      return;
+    case op::client_pub:
+      if (!error || r == nullptr) {
+        if (r == nullptr) break;  // down: reported below
+        return;
+      }
+      break;
+    case op::replay: {
+      auto it = _pending.find(o->pid);
+      if (it == _pending.end()) return;
+      pending& p = it->second;
+      if (error || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+        if (r != nullptr) _n.malformed.add();
+        return fail_pending(p);
+      }
+      auto& part = p.parts[o->index];
+      part.lost = r->element[0]->integer != 0;
+      for (std::size_t k = 1; k + 1 < r->elements; k += 2) {
+        std::string_view id = str(r->element[k]), data = str(r->element[k + 1]);
+        std::uint64_t ms, seq;
+        if (!parse_id(id, ms, seq) || !valid_data(data)) {
+          _n.malformed.add();
+          continue;
+        }
+        pool::frame_ref f = frame_event(part.topic, id, data);
+        if (!f) return fail_pending(p);
+        part.entries.push_back(std::move(f));
+        part.last = id_key{ms, seq};
+      }
+      --p.replies_left;
+      return maybe_finish(o->pid);
+    }
+    case op::marker:
+    case op::other:
+      if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
+      return;
+  }
+  // A client's pub that Redis refused, or that the outage took: the client hears unavailable.
+  auto rep = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+  if (!rep) return;
+  rep->kind = pubsub::bus_reply::pub_failed;
+  rep->conn = o->conn;
+  rep->pub_topic = std::move(o->topic);
+  pubsub::event e;
+  e.reply = std::move(rep);
+  offer(o->shard, std::move(e));
+}
+
+/// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.
+void redis_bus::on_sub_message(void* raw) noexcept {
+  auto* r = static_cast<redisReply*>(raw);
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+  const std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
+  if (kind == "message") {
+    const std::string_view payload = str(r->element[2]);
+    if (channel == _node_channel) return marker(payload);
+    if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
+    return live(channel.substr(topic_prefix.size()), payload);
+  }
+  if (channel == _node_channel) {
+    if (kind == "subscribe") {
+      _sub_ready = true;
+      ready_check();
+    }
+    return;
+  }
+  if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
+  const std::string topic(channel.substr(topic_prefix.size()));
+  if (kind == "subscribe") confirmed(topic);
+  else if (kind == "unsubscribe") unsubscribed(topic);
+}
+
+void redis_bus::marker(std::string_view payload) noexcept {
+  std::uint64_t pid = 0;
+  for (char c : payload) {
+    if (c < '0' || c > '9') return;
+    pid = pid * 10 + std::uint64_t(c - '0');
+  }
+  auto it = _pending.find(pid);
+  if (it == _pending.end()) return;
+  // Live events keep being kept aside until the answer goes (finish): those after the marker
+  // were published after the replay's read, and reach the shard only through the answer.
+  it->second.marker_seen = true;
+  maybe_finish(pid);
+}
+
+bool redis_bus::valid_data(std::string_view data) noexcept {
+  if (data.empty()) return false;
+  _scratch.assign(data);
+  _scratch.resize(data.size() + simdjson::SIMDJSON_PADDING, ' ');
+  simdjson::dom::element e;
+  return !_json.parse(_scratch.data(), data.size(), false).get(e);
+}
+
+/// One publish from Redis: framed once, kept aside for the replays that wait for it, and
+/// offered to every shard (unless a catch-up of the topic holds it back to keep the order).
+void redis_bus::live(std::string_view topic, std::string_view payload) noexcept {
+  const auto space = payload.find(' ');
+  std::uint64_t ms = 0, seq = 0;
+  if (space == std::string_view::npos || !proto::is_valid_topic(topic) ||
+      !parse_id(payload.substr(0, space), ms, seq) || !valid_data(payload.substr(space + 1))) {
+    _n.malformed.add();
+    log_ratelimited(log_level::warn, "bus: skipped a malformed message on %.*s%.*s", int(topic_prefix.size()),
+                    topic_prefix.data(), int(topic.size()), topic.data());
+    return;
+  }
+  _n.events_in.add();
+  const std::string_view id = payload.substr(0, space), data = payload.substr(space + 1);
+  auto it = _topics.find(std::string(topic));
+  pool::frame_ref f = frame_event(topic, id, data);
+  if (!f) {
+    _n.dropped.add();
+    return;
+  }
+  const id_key key{ms, seq};
+  bool held_back = false;
+  if (it != _topics.end()) {
+    topic_state& ts = it->second;
+    ts.last_id.assign(id);
+    for (std::uint64_t pid : ts.replaying) {
+      auto p = _pending.find(pid);
+      if (p == _pending.end()) continue;
+      for (auto& part : p->second.parts)
+        if (part.replaying && part.topic == topic) {
+          if (part.live.size() < max_kept_live) part.live.emplace_back(key, f);
+          else part.overflow = part.lost = true;
+        }
+    }
+    if (ts.catchup) {
+      auto p = _pending.find(ts.catchup);
+      if (p != _pending.end() && !p->second.failed) {
+        p->second.parts[0].live.emplace_back(key, f);
+        held_back = true;
+      }
+    }
+  }
+  if (!held_back) offer_all(f, topic);
+}
+
+pool::frame_ref redis_bus::frame_event(std::string_view topic, std::string_view id, std::string_view data) noexcept {
+  constexpr std::size_t room = proto::max_server_header_size;
+  const std::size_t bound = proto::event_size_bound(topic, id, data);
+  pool::lease l = _buffers.acquire(room + bound);
+  if (!l) return {};
+  const std::size_t n = proto::encode_event(topic, id, data, {reinterpret_cast<char*>(l.data()) + room, bound});
+  if (n == 0) return {};
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
+  return pool::frame_ref::adopt(std::move(l));
+}
+
+void redis_bus::offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept {
+  // The event's topic must live as long as its frame: point into the frame's own bytes.
+  auto b = frame.bytes();
+  const std::uint8_t len7 = b.size() >= 2 ? (b[1] & 0x7f) : 0;
+  const std::size_t header = len7 == 126 ? 4 : len7 == 127 ? 10 : 2;
+  std::string_view in_frame(reinterpret_cast<const char*>(b.data()) + header + proto::event_topic_offset, topic.size());
+  for (std::uint32_t k = 0; k < _ports.size(); ++k) offer(k, pubsub::event{frame, in_frame, 0, pubsub::no_part, {}});
+}
+
+void redis_bus::offer(std::uint32_t shard, pubsub::event&& e) noexcept {
+  if (shard >= _ports.size()) return;
+  auto& b = _backlog[shard];
+  if (b.empty() && _ports[shard]->offer(std::move(e), false)) return;
+  if (b.size() >= max_backlog && !e.reply) {
+    _n.dropped.add();
+    return;
+  }
+  try {
+    b.push_back(std::move(e));
+  } catch (...) {
+    _n.dropped.add();
+  }
+}
+
+// ---- connecting -----------------------------------------------------------------------------
+
+void redis_bus::connect_links() noexcept {
+  std::string why;
+  _cmd_ready = _sub_ready = false;
+  if (!_cmd.connect(_o.target.host, _o.target.port, why) || !_sub.connect(_o.target.host, _o.target.port, why)) {
+    went_down(why);
+  }
+}
+
+void redis_bus::on_link_up(redis_link& l) noexcept {
+  if (&l == &_cmd) setup_command_link();
+  else setup_subscriber_link();
+}
+
+/// Both connections are set up: the bus is up; topics resubscribed after an outage catch up.
+void redis_bus::ready_check() noexcept {
+  if (!_cmd_ready || !_sub_ready || _up.load(std::memory_order_relaxed)) return;
+  _up = true;
+  _backoff_ticks = 0;
+  std::size_t held = 0;
+  for (auto& [t, ts] : _topics) {
+    held += ts.holders > 0;
+    if (ts.state == topic_state::active && ts.needs_catchup) start_catchup(t);
+  }
+  if (_ever_up) _n.reconnects.add();
+  log(log_level::info, "bus: %s to %s (%zu topics subscribed)", _ever_up ? "reconnected" : "connected",
+      _o.target.describe().c_str(), held);
+  _ever_up = true;
+}
+
+void redis_bus::start_catchup(const std::string& topic) noexcept {
+  topic_state& ts = _topics.at(topic);
+  ts.needs_catchup = false;
+  if (ts.last_id.empty() || ts.catchup) return;
+  const std::uint64_t pid = _next_pid++;
+  pending& c = _pending[pid];
+  c.kind = pending::catchup;
+  c.parts.resize(1);
+  c.parts[0].topic = topic;
+  c.parts[0].since = ts.last_id;
+  ts.catchup = pid;
+  start_replay(pid);
+}
+
+/// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
+void redis_bus::setup_command_link() noexcept {
+  if (!_o.target.password.empty()) command({"AUTH", _o.target.password}, new op{op::setup});
+  const std::string db = std::to_string(_o.target.db);
+  if (_o.target.db != 0) command({"SELECT", db}, new op{op::setup});
+  command({"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
+  const std::string maxlen = std::to_string(_o.history_size);
+  const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
+  command({"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl}, new op{op::setup});
+  command({"FCALL", "wspush_epoch", "0"}, new op{op::epoch});
+}
+
+/// AUTH, then this node's channel and every topic a shard holds, in batches.
+void redis_bus::setup_subscriber_link() noexcept {
+  if (!_o.target.password.empty()) {
+    const char* argv[] = {"AUTH", _o.target.password.c_str()};
+    std::size_t lens[] = {4, _o.target.password.size()};
+    _sub.command(2, argv, lens, nullptr, nullptr);
+  }
+  const char* argv[] = {"SUBSCRIBE", _node_channel.c_str()};
+  std::size_t lens[] = {9, _node_channel.size()};
+  _sub.command(2, argv, lens, sub_cb, this);
+  for (auto& [topic, ts] : _topics) {
+    if (ts.holders == 0) continue;
+    ts.state = topic_state::subscribing;
+    ts.needs_catchup = !ts.last_id.empty();
+    _to_subscribe.push_back(topic);
+  }
+  send_batches();
+}
+
+void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept { went_down(why, &l); }
+
+/// A connection failed (`gone`: the link whose callback this is, already ending): the other
+/// one is dropped too, every sub under way fails, and a reconnect is scheduled.
+void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
+  const bool was_up = _up.exchange(false);
+  _cmd_ready = _sub_ready = false;
+  if (was_up || !_ever_up) {
+    if (was_up) log(log_level::error, "bus: lost %s (%s); reconnecting", _o.target.describe().c_str(), why.c_str());
+    else log_ratelimited(log_level::warn, "bus: cannot reach %s (%s); retrying", _o.target.describe().c_str(), why.c_str());
+  }
+  if (gone != &_sub) _sub.abort();
+  if (gone != &_cmd) _cmd.abort();
+  // Every sub under way fails (the shards answer `unavailable`); held topics are subscribed
+  // again on the next connection.
+  std::vector<std::uint64_t> pids;
+  for (auto& [pid, p] : _pending) pids.push_back(pid);
+  for (std::uint64_t pid : pids) {
+    auto it = _pending.find(pid);
+    if (it == _pending.end()) continue;
+    fail_pending(it->second);
+    _pending.erase(it);
+  }
+  for (auto it = _topics.begin(); it != _topics.end();) {
+    topic_state& ts = it->second;
+    if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) _n.topics.sub();
+    ts.state = topic_state::idle;
+    ts.waiting.clear();
+    ts.replaying.clear();
+    ts.catchup = 0;
+    if (ts.holders == 0) it = _topics.erase(it);
+    else ++it;
+  }
+  _to_subscribe.clear();
+  _to_unsubscribe.clear();
+  _backoff_ticks = std::clamp(_backoff_ticks * 2, min_backoff_ticks, max_backoff_ticks);
+  static thread_local std::minstd_rand jitter(std::random_device{}());
+  _retry_at = _tick + _backoff_ticks / 2 + jitter() % (_backoff_ticks / 2 + 1);
+}
+
+}  // namespace wspush::server::bus

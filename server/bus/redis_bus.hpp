@@ -1,0 +1,203 @@
+#pragma once
+// The Redis bus (--bus=redis://...): how nodes share publishes and history. One thread runs
+// a wspush loop (epoll) with two hiredis connections on it: one subscribed (pub/sub mode),
+// one for commands. No other thread talks to Redis, and no shard ever waits for it.
+//
+//   publish (any node's admin API, a client's pub, or a backend straight into Redis):
+//     FCALL wspush_publish: XADD to the topic's stream (id assigned by Redis, trimmed by count
+//     and age) and PUBLISH "<epoch>:<id> <data>" on its channel, atomically (wspush.lua)
+//   every node subscribed to the channel: frames the event once, offers it to each shard's
+//     event port; each shard fans it out to its own subscribers (pubsub/fanout.hpp)
+//
+// A node subscribes in Redis to exactly the topics some shard holds (a connection subscribed
+// or waiting): on the first holder, and unsubscribes after the last, in batches of many
+// channels per command, once per loop iteration.
+//
+// `sub` (bus_port::subscribe) is answered only once Redis has confirmed every topic's
+// subscription. With `since` the seam between replay and live is exact:
+//   1. the subscription is confirmed: from here every publish of the topic reaches this
+//      node's subscriber connection, in order;
+//   2. FCALL wspush_replay reads the stream after `since` (at a moment R), then a PUBLISH to
+//      this node's own channel sends a marker, on the command connection, right behind it;
+//   3. the events that arrive live from (1) on are kept aside for the request; when the marker
+//      arrives on the subscriber connection every publish made before R has arrived too
+//      (Redis delivers one connection's messages in the order it ran the commands);
+//   4. the answer is the replay, then the kept live events newer than its last id; it goes to
+//      the shard through its event inbox, behind every event this bus offered it before and
+//      ahead of every later one. The shard adds the connection to its registry when it takes
+//      the answer, so each event reaches the connection exactly once.
+//
+// When Redis goes away: the bus says down (the admin API answers 503 and /readyz 503, subs
+// and pubs are refused with `unavailable`), client connections stay, and it reconnects with
+// backoff, loads the functions again and resubscribes every held topic; then, for each topic
+// with a known last event, it replays what was published meanwhile (if the stream still holds
+// it) to the subscribers that stayed, so they miss nothing Redis kept.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "pool/buffer_pool.hpp"
+#include "server/base/counter.hpp"
+#include "server/bus/redis_link.hpp"
+#include "server/bus/redis_url.hpp"
+#include "server/pubsub/bus_port.hpp"
+#include "server/pubsub/event.hpp"
+#include "server/reactor/loop.hpp"
+
+struct redisAsyncContext;
+
+namespace wspush::server::bus {
+
+struct redis_bus_options {
+  redis_target target;
+  std::uint32_t history_size = 100;  ///< --history-size: MAXLEN of each topic's stream
+  double history_ttl = 300;          ///< --history-ttl: entries older than this are trimmed
+};
+
+struct redis_bus_counters {
+  relaxed_counter events_in;       ///< publishes received from Redis (one per publish and node)
+  relaxed_counter malformed;       ///< messages in Redis that were not an event: counted, skipped
+  relaxed_counter reconnects;      ///< connections to Redis made again after one was lost
+  relaxed_counter subscribes, unsubscribes;  ///< SUBSCRIBE / UNSUBSCRIBE commands (each many channels)
+  relaxed_counter dropped;         ///< events a shard's inbox refused
+  relaxed_counter catchup_events;  ///< events replayed to subscribers that stayed through an outage
+  relaxed_counter topics;          ///< gauge: channels subscribed
+};
+
+/// What publish_wait says.
+enum class bus_publish : std::uint8_t { ok, unavailable, refused };
+
+class redis_bus final : public pubsub::bus_port, private loop_handler, private redis_link::listener {
+ public:
+  redis_bus(redis_bus_options o, pool::buffer_pool& buffers);
+  ~redis_bus() override;
+  redis_bus(const redis_bus&) = delete;
+  redis_bus& operator=(const redis_bus&) = delete;
+
+  /// Start-up: one event port per shard (the same as the hub's).
+  void attach(std::vector<pubsub::event_port*> ports) { _ports = std::move(ports); }
+  /// Starts the bus thread; it connects (and keeps reconnecting) by itself. False: no loop.
+  bool start(std::string& why);
+  /// Ends the thread (after the shards have stopped).
+  void stop();
+
+  // bus_port
+  bool up() const noexcept override { return _up.load(std::memory_order_acquire); }
+  bool subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept override;
+  void release(std::uint32_t shard, std::string_view topic) noexcept override;
+  bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept override;
+
+  /// Any thread but the bus's (the admin API): publishes and waits for Redis's answer, at most
+  /// `timeout`. ok: `id` holds the event's id; refused: Redis said no (`id` holds why).
+  bus_publish publish_wait(std::string_view topic, std::string_view data, std::string& id,
+                           std::chrono::milliseconds timeout);
+  /// Queues a publish whose answer publish_wait_queued() collects (a batch: all go to Redis
+  /// back to back). Returns a ticket.
+  std::uint64_t publish_queue(std::string_view topic, std::string_view data);
+  bus_publish publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout);
+
+  const redis_bus_counters& counters() const noexcept { return _n; }
+  const redis_target& target() const noexcept { return _o.target; }
+
+  // Internal (hiredis callbacks).
+  struct op;
+  void on_reply(op* o, void* reply) noexcept;
+  void on_sub_message(void* reply) noexcept;
+
+ private:
+  struct waiter;
+  struct request;
+  struct topic_state;
+  struct pending;
+
+  // loop_handler (the bus's loop has no connections)
+  void on_accept(int) noexcept override {}
+  void on_data(conn_token, std::span<std::uint8_t>) noexcept override {}
+  void on_read_end(conn_token, int) noexcept override {}
+  void on_read_paused(conn_token) noexcept override {}
+  void on_send_done(conn_token, int) noexcept override {}
+  void on_writable(conn_token) noexcept override {}
+  void on_timer(std::uint32_t) noexcept override {}
+  void on_flush(std::uint32_t) noexcept override {}
+  void on_turn() noexcept override;
+  void on_tick(std::uint32_t tick) noexcept override;
+  void on_ready(std::uint64_t key, bool r, bool w) noexcept override;
+  std::uint64_t on_drain_begin() noexcept override;
+  std::uint64_t close_some(std::uint64_t) noexcept override { return 0; }
+  bool empty() const noexcept override { return true; }
+
+  // redis_link::listener
+  void on_link_up(redis_link& l) noexcept override;
+  void on_link_down(redis_link& l, const std::string& why) noexcept override;
+
+  void take_requests() noexcept;
+  void handle(request& r) noexcept;
+  void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;
+  void handle_release(std::uint32_t shard, const std::string& topic) noexcept;
+  void handle_publish(request& r) noexcept;
+  void confirmed(const std::string& topic) noexcept;
+  void unsubscribed(const std::string& topic) noexcept;
+  void advance(std::uint64_t pid) noexcept;
+  void start_replay(std::uint64_t pid) noexcept;
+  void maybe_finish(std::uint64_t pid) noexcept;
+  void finish(std::uint64_t pid, pending& p) noexcept;
+  void fail_pending(pending& p) noexcept;
+  void live(std::string_view topic, std::string_view payload) noexcept;
+  void marker(std::string_view payload) noexcept;
+  void send_batches() noexcept;
+  void connect_links() noexcept;
+  void went_down(const std::string& why, redis_link* gone = nullptr) noexcept;
+  void setup_command_link() noexcept;
+  void setup_subscriber_link() noexcept;
+  void ready_check() noexcept;
+  void start_catchup(const std::string& topic) noexcept;
+  bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
+  void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
+  void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;
+  pool::frame_ref frame_event(std::string_view topic, std::string_view id, std::string_view data) noexcept;
+  bool valid_data(std::string_view data) noexcept;
+
+  redis_bus_options _o;
+  pool::buffer_pool& _buffers;
+  std::vector<pubsub::event_port*> _ports;
+  std::vector<std::deque<pubsub::event>> _backlog;  // per shard: what its inbox refused, in order
+  loop _loop;
+  std::thread _thread;
+  std::atomic<bool> _up{false};
+  std::atomic<bool> _running{false};
+
+  // Requests from other threads.
+  std::mutex _req_m;
+  std::vector<request> _requests, _taking;
+
+  // The bus thread's state.
+  redis_link _sub, _cmd;
+  std::string _node_channel;  // this node's own channel (markers)
+  bool _cmd_ready = false, _sub_ready = false;
+  std::uint32_t _tick = 0, _retry_at = 0, _backoff_ticks = 0;
+  bool _ever_up = false;
+  std::unordered_map<std::string, topic_state> _topics;
+  std::unordered_map<std::uint64_t, pending> _pending;
+  std::uint64_t _next_pid = 1;
+  std::vector<std::string> _to_subscribe, _to_unsubscribe;
+  std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way
+  std::mutex _tickets_m;
+  std::uint64_t _next_ticket = 1;
+  simdjson::dom::parser _json;
+  std::string _scratch;
+  redis_bus_counters _n;
+};
+
+}  // namespace wspush::server::bus

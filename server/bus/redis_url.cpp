@@ -1,0 +1,77 @@
+#include "server/bus/redis_url.hpp"
+
+#include <cctype>
+#include <stdexcept>
+
+namespace wspush::server::bus {
+
+namespace {
+
+[[noreturn]] void bad(std::string_view url, const std::string& why) {
+  throw std::invalid_argument("--bus " + std::string(url) + ": " + why +
+                              " (expected redis://[:password@]host:port[/db], e.g. redis://127.0.0.1:6379/0)");
+}
+
+bool all_digits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string redis_target::describe() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return "redis://" + std::string(password.empty() ? "" : ":***@") + (v6 ? "[" + host + "]" : host) + ":" +
+         std::to_string(port) + "/" + std::to_string(db);
+}
+
+redis_target parse_redis_url(std::string_view url) {
+  constexpr std::string_view scheme = "redis://";
+  if (url.substr(0, scheme.size()) != scheme) bad(url, "the scheme must be redis:// (rediss:// is not supported)");
+  std::string_view rest = url.substr(scheme.size());
+  redis_target t;
+  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+    std::string_view auth = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    if (auth.empty() || auth.front() != ':') bad(url, "credentials must be :password@ (no user name)");
+    t.password = std::string(auth.substr(1));
+    if (t.password.empty()) bad(url, "the password after ':' is empty");
+  }
+  std::string_view hostport = rest, db;
+  if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+    hostport = rest.substr(0, slash);
+    db = rest.substr(slash + 1);
+    if (!db.empty()) {
+      if (!all_digits(db) || db.size() > 2 || std::stoul(std::string(db)) > 15) bad(url, "the database must be 0..15");
+      t.db = unsigned(std::stoul(std::string(db)));
+    }
+  }
+  std::string_view host, port;
+  if (!hostport.empty() && hostport.front() == '[') {
+    const auto close = hostport.find(']');
+    if (close == std::string_view::npos) bad(url, "an IPv6 address needs its closing ]");
+    host = hostport.substr(1, close - 1);
+    if (close + 1 < hostport.size()) {
+      if (hostport[close + 1] != ':') bad(url, "a port must follow ]:");
+      port = hostport.substr(close + 2);
+    }
+  } else {
+    const auto colon = hostport.rfind(':');
+    host = colon == std::string_view::npos ? hostport : hostport.substr(0, colon);
+    if (colon != std::string_view::npos) port = hostport.substr(colon + 1);
+  }
+  if (host.empty()) bad(url, "the host is missing");
+  for (char c : host)
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '?' || c == '#') bad(url, "the host is malformed");
+  t.host = std::string(host);
+  if (!port.empty()) {
+    if (!all_digits(port) || port.size() > 5 || std::stoul(std::string(port)) == 0 || std::stoul(std::string(port)) > 65535)
+      bad(url, "the port must be 1..65535");
+    t.port = std::uint16_t(std::stoul(std::string(port)));
+  }
+  return t;
+}
+
+}  // namespace wspush::server::bus

@@ -1,0 +1,120 @@
+#!lua name=wspush
+-- wspush's Redis functions (Redis 7). Every node loads this library when it connects
+-- (FUNCTION LOAD REPLACE); a backend that publishes without wspush calls the same function:
+--
+--   FCALL wspush_publish 0 <topic> <data>      -> "<epoch>:<stream id>"
+--
+-- <data> must be one JSON value (it is checked here and refused otherwise). docs/REDIS.md
+-- describes the keys and the channel.
+--
+-- Keys:
+--   wspush:epoch          a random tag made when missing: the data of this Redis (a restart
+--                         that lost it makes a new one, and older ids are known to be lost)
+--   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
+--                         written by the nodes from --history-size and --history-ttl
+--   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}
+-- Channel:
+--   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function config()
+  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms')
+  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000
+end
+
+local function epoch()
+  local e = redis.call('GET', 'wspush:epoch')
+  if e then return e end
+  local t = redis.call('TIME')
+  e = string.format('%x%05x', tonumber(t[1]) % 1048576, tonumber(t[2]))
+  redis.call('SET', 'wspush:epoch', e)
+  return e
+end
+
+local function valid_topic(t)
+  return type(t) == 'string' and #t >= 1 and #t <= 256 and not string.find(t, '[%c%s"\\]')
+end
+
+-- a < b for stream ids "ms-seq"
+local function id_less(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  if am ~= bm then return am < bm end
+  return as < bs
+end
+
+local function publish(keys, args)
+  local topic, data = args[1], args[2]
+  if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
+  if type(data) ~= 'string' or not pcall(cjson.decode, data) then
+    return redis.error_reply('ERR wspush: data is not one JSON value')
+  end
+  local maxlen, ttl = config()
+  local e = epoch()
+  local stream = 'wspush:stream:' .. topic
+  local id = redis.call('XADD', stream, 'MAXLEN', maxlen, '*', 'd', data)
+  if ttl > 0 then
+    redis.call('XTRIM', stream, 'MINID', (now_ms() - ttl) .. '-0')
+    redis.call('PEXPIRE', stream, ttl * 2)
+  end
+  local full = e .. ':' .. id
+  redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
+  return full
+end
+
+-- FCALL wspush_replay 0 <topic> <since id>
+--   -> { lost (0|1), id1, data1, id2, data2, ... }: the entries after <since>, oldest first.
+-- lost: the stream is gone, <since> is of another epoch or malformed or was never issued, or
+-- entries after it were trimmed away or are older than the age limit (not returned).
+local function replay(keys, args)
+  local topic, since = args[1], args[2]
+  if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
+  local _, ttl = config()
+  local e = redis.call('GET', 'wspush:epoch') or ''
+  local stream = 'wspush:stream:' .. topic
+  local min_ms = ttl > 0 and now_ms() - ttl or 0
+  local out = {0}
+  local se, sid = string.match(since or '', '^([0-9a-z]+):(%d+%-%d+)$')
+  local start = '-'
+  if se ~= e or redis.call('EXISTS', stream) == 0 then
+    out[1] = 1
+  else
+    -- Trimming removes the oldest entries, so one after <since> is gone exactly when some were
+    -- removed (entries-added > length) and <since> is older than the first one kept (also
+    -- when <since> is the very last one removed: then lost is said of nothing; rare, and safe).
+    local info = redis.call('XINFO', 'STREAM', stream)
+    local f = {}
+    for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
+    local last, first = f['last-generated-id'], f['recorded-first-entry-id'] or '0-0'
+    local removed = tonumber(f['entries-added'] or 0) > tonumber(f['length'] or 0)
+    if id_less(last, sid) or (removed and id_less(sid, first)) then out[1] = 1 end
+    start = '(' .. sid
+  end
+  local entries = redis.call('XRANGE', stream, start, '+')
+  for _, entry in ipairs(entries) do
+    local id, fields = entry[1], entry[2]
+    local ms = tonumber(string.match(id, '^(%d+)'))
+    if ms < min_ms then
+      out[1] = 1  -- expired after <since>: not replayed
+    else
+      local data
+      for i = 1, #fields, 2 do
+        if fields[i] == 'd' then data = fields[i + 1] end
+      end
+      if data then
+        out[#out + 1] = e .. ':' .. id
+        out[#out + 1] = data
+      end
+    end
+  end
+  return out
+end
+
+redis.register_function{function_name = 'wspush_publish', callback = publish, flags = {'no-cluster'}}
+redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-cluster', 'no-writes'}}
+redis.register_function{function_name = 'wspush_epoch', callback = function() return epoch() end, flags = {'no-cluster'}}
