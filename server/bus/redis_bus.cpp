@@ -359,8 +359,11 @@ void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept
   }
 }
 
+/// Subscribes and unsubscribes go out in batches: one command while none is unanswered, then
+/// the next with everything that gathered meanwhile (a round trip's worth, so 19,000
+/// mailboxes connecting at once cost a handful of commands, not 19,000).
 void redis_bus::send_batches() noexcept {
-  if (!_sub.connected()) return;
+  if (!_sub.connected() || _awaiting > 0) return;
   auto send = [this](std::string_view verb, std::vector<std::string>& topics) {
     for (std::size_t at = 0; at < topics.size(); at += channels_per_command) {
       const std::size_t n = std::min(channels_per_command, topics.size() - at);
@@ -375,6 +378,7 @@ void redis_bus::send_batches() noexcept {
       }
       if (!_sub.command(int(argv.size()), argv.data(), lens.data(), sub_cb, this)) return;
       (verb == "SUBSCRIBE" ? _n.subscribes : _n.unsubscribes).add();
+      _awaiting += n;
     }
     topics.clear();
   };
@@ -640,8 +644,12 @@ void redis_bus::on_sub_message(void* raw) noexcept {
   }
   if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
   const std::string topic(channel.substr(topic_prefix.size()));
-  if (kind == "subscribe") confirmed(topic);
-  else if (kind == "unsubscribe") unsubscribed(topic);
+  if (kind == "subscribe" || kind == "unsubscribe") {
+    if (_awaiting > 0) --_awaiting;
+    if (kind == "subscribe") confirmed(topic);
+    else unsubscribed(topic);
+    if (_awaiting == 0) send_batches();  // what gathered meanwhile
+  }
 }
 
 void redis_bus::marker(std::string_view payload) noexcept {
@@ -857,6 +865,7 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   }
   _to_subscribe.clear();
   _to_unsubscribe.clear();
+  _awaiting = 0;
   _backoff_ticks = std::clamp(_backoff_ticks * 2, min_backoff_ticks, max_backoff_ticks);
   static thread_local std::minstd_rand jitter(std::random_device{}());
   _retry_at = _tick + _backoff_ticks / 2 + jitter() % (_backoff_ticks / 2 + 1);

@@ -192,6 +192,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::unordered_map<std::uint64_t, pending> _pending;
   std::uint64_t _next_pid = 1;
   std::vector<std::string> _to_subscribe, _to_unsubscribe;
+  std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
   std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way
   std::mutex _tickets_m;
   std::uint64_t _next_ticket = 1;

@@ -1,0 +1,464 @@
+#!/usr/bin/python3
+"""Many nodes on the Redis bus: a real redis-server and two wspush nodes on loopback (two shards
+each), Python `websockets` clients, Debian's `redis` client for what a backend does straight
+into Redis, and nginx in front for the failover.
+
+- cross-node delivery both ways (admin publishes, a client's pub), a topic held on both nodes
+  delivered once to each subscriber;
+- a backend publishing into Redis with a stock client (FCALL wspush_publish); malformed messages
+  on a topic channel counted and skipped; bad JSON refused by the function;
+- `subbed` means active: a publish straight into Redis right after it always arrives;
+- 2,000 mailboxes subscribe at once: a few SUBSCRIBE commands, not 2,000; a batch publish
+  reaches every one;
+- resume on the other node with a publisher running throughout: no gap, no duplicate at the seam;
+- Redis killed and restarted (append-only file kept): /readyz 503, admin 503, `unavailable` for
+  subs, connections stay; then delivery resumes and a resume gets what the stream kept; after
+  Redis lost its data (FLUSHALL), an older id is answered `lost`;
+- a node cut off from Redis catches its subscribers up on what was published meanwhile;
+- a node started with Redis unreachable waits, then serves once Redis appears;
+- bad --bus URLs are refused at start;
+- a node killed with SIGKILL behind nginx (deploy/nginx/wspush.conf): its client reconnects
+  through nginx to the other node and resumes with nothing lost.
+Exit 0 pass, 1 fail, 77 io_uring unavailable.
+"""
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import redis
+import websockets
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_redis import RedisServer, free_port  # noqa: E402
+from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
+                         check, run_main, scaled, scrape_metrics)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+def node(args, redis_url: str, extra=()) -> ServerProcess:
+    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                      extra=["--bus", redis_url, "--threads", "2", "--history-size", "1000",
+                             "--allow-client-publish", *extra]).start()
+    wait_ready(s, True)
+    return s
+
+
+def readyz(s: ServerProcess) -> int:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}/readyz", timeout=scaled(5)).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def wait_ready(s: ServerProcess, ready: bool, seconds: float = 20) -> None:
+    deadline = time.monotonic() + scaled(seconds)
+    want = 200 if ready else 503
+    while readyz(s) != want:
+        check(time.monotonic() < deadline, f"/readyz did not become {want} within {scaled(seconds):.0f}s")
+        time.sleep(0.05)
+
+
+def publish(s: ServerProcess, topic: str, data) -> "tuple[int, dict]":
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(s)}/publish",
+                                 data=json.dumps({"topic": topic, "data": data}).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=scaled(10)) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def publish_ok(s: ServerProcess, topic: str, data) -> str:
+    status, body = publish(s, topic, data)
+    check(status == 200, f"publish to {topic} answered {status} {body}")
+    return body["id"]
+
+
+def metric(s: ServerProcess, name: str) -> float:
+    return scrape_metrics(admin_port(s)).get(name, 0)
+
+
+async def connect(s: ServerProcess, port: int = 0):
+    return await websockets.connect(f"ws://127.0.0.1:{port or s.port}/ws", ping_interval=None, max_size=None)
+
+
+async def recv(ws, seconds: float = 10) -> dict:
+    return json.loads(await asyncio.wait_for(ws.recv(), scaled(seconds)))
+
+
+async def sub(ws, topics, since=None) -> dict:
+    msg = {"op": "sub", "topics": topics}
+    if since:
+        msg["since"] = since
+    await ws.send(json.dumps(msg))
+    r = await recv(ws)
+    check(r.get("op") == "subbed" and r.get("topics") == topics, f"sub {topics} answered {r}")
+    return r
+
+
+# ---- the steps ------------------------------------------------------------------------------------
+
+async def cross_node(a: ServerProcess, b: ServerProcess) -> None:
+    wa, wb = await connect(a), await connect(b)
+    try:
+        await sub(wa, ["mailbox:1", "shared"])
+        await sub(wb, ["mailbox:2", "shared"])
+        id1 = publish_ok(b, "mailbox:1", {"to": 1})
+        e = await recv(wa)
+        check(e == {"topic": "mailbox:1", "id": id1, "data": {"to": 1}}, f"A got {e}")
+        id2 = publish_ok(a, "mailbox:2", {"to": 2})
+        e = await recv(wb)
+        check(e.get("id") == id2 and e.get("data") == {"to": 2}, f"B got {e}")
+        ids = publish_ok(a, "shared", "both")
+        for ws in (wa, wb):
+            e = await recv(ws)
+            check(e.get("id") == ids, f"the shared event: {e}")
+        # A client's pub on node A reaches node B's subscriber.
+        await wa.send(json.dumps({"op": "pub", "topic": "mailbox:2", "data": {"from": "a"}}))
+        e = await recv(wb)
+        check(e.get("topic") == "mailbox:2" and e.get("data") == {"from": "a"}, f"client pub reached B as {e}")
+        # Nothing else arrived (each event exactly once): a fence on each.
+        fence = publish_ok(b, "shared", "fence")
+        for ws in (wa, wb):
+            e = await recv(ws)
+            check(e.get("id") == fence, f"expected only the fence, got {e}")
+    finally:
+        await wa.close()
+        await wb.close()
+
+
+async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
+    r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
+    wa, wb = await connect(a), await connect(b)
+    try:
+        await sub(wa, ["backend:1"])
+        await sub(wb, ["backend:1"])
+        eid = r.fcall("wspush_publish", 0, "backend:1", '{"from":"backend"}')
+        for ws in (wa, wb):
+            e = await recv(ws)
+            check(e == {"topic": "backend:1", "id": eid, "data": {"from": "backend"}}, f"got {e}")
+        try:
+            r.fcall("wspush_publish", 0, "backend:1", "{not json")
+            raise AssertionError("the function took data that is not JSON")
+        except redis.ResponseError as exc:
+            check("JSON" in str(exc), f"refused with {exc}")
+        before = metric(a, "wspush_bus_malformed_total")
+        for junk in ("no-space-here", "x:1-0 {broken", "bad id {}", ""):
+            r.publish("wspush:topic:backend:1", junk)
+        eid = r.fcall("wspush_publish", 0, "backend:1", "[1,2,3]")
+        e = await recv(wa)
+        check(e.get("id") == eid and e.get("data") == [1, 2, 3], f"after the junk: {e}")
+        await recv(wb)
+        check(metric(a, "wspush_bus_malformed_total") - before == 4,
+              f"malformed went {before} -> {metric(a, 'wspush_bus_malformed_total')}")
+    finally:
+        await wa.close()
+        await wb.close()
+
+
+async def subbed_means_active(rs: RedisServer, a: ServerProcess) -> None:
+    r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
+    for k in range(50):
+        ws = await connect(a)
+        try:
+            await sub(ws, [f"fresh:{k}"])
+            eid = r.fcall("wspush_publish", 0, f"fresh:{k}", str(k))
+            e = await recv(ws, 5)
+            check(e.get("id") == eid, f"fresh:{k}: the publish right after subbed came as {e}")
+        finally:
+            await ws.close()
+
+
+async def many_mailboxes(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
+    n = 2000
+    socks = []
+    for start in range(0, n, 250):
+        socks += await asyncio.gather(*[connect(a) for _ in range(start, min(n, start + 250))])
+    # Redis holds every command for 2 s: the node's first SUBSCRIBE waits there, and every
+    # mailbox that asks meanwhile must join the next command (one per round trip), not queue
+    # a command of its own.
+    before = metric(a, 'wspush_bus_commands_total{command="subscribe"}')
+    rs.command("CLIENT", "PAUSE", "2000", "ALL")
+    await asyncio.gather(*[sub(ws, [f"box:{k}"]) for k, ws in enumerate(socks)])
+    commands = metric(a, 'wspush_bus_commands_total{command="subscribe"}') - before
+    check(commands <= 10, f"{n} mailboxes took {commands:.0f} SUBSCRIBE commands")
+    check(metric(a, "wspush_bus_topics") >= n, f"bus topics {metric(a, 'wspush_bus_topics')}")
+    body = "\n".join(json.dumps({"topic": f"box:{k}", "data": k}) for k in range(n)).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(b)}/publish/batch", data=body)
+    with urllib.request.urlopen(req, timeout=scaled(30)) as resp:
+        results = json.loads(resp.read())["results"]
+    check(all("id" in x for x in results), f"batch results: {[x for x in results if 'id' not in x][:3]}")
+    got = await asyncio.gather(*[recv(ws, 30) for ws in socks])
+    for k, e in enumerate(got):
+        check(e.get("topic") == f"box:{k}" and e.get("data") == k and e.get("id") == results[k]["id"],
+              f"box:{k} got {e}")
+    await asyncio.gather(*[ws.close() for ws in socks])
+    deadline = time.monotonic() + scaled(20)
+    while metric(a, "wspush_bus_topics") >= n:
+        check(time.monotonic() < deadline, "the node kept its mailboxes' channels after they closed")
+        await asyncio.sleep(0.1)
+
+
+class Publisher(threading.Thread):
+    """Publishes data 1, 2, 3, ... to a topic through a node's admin API until stopped."""
+
+    def __init__(self, node_: ServerProcess, topic: str):
+        super().__init__(daemon=True)
+        self.node, self.topic, self.n, self.ids = node_, topic, 0, {}
+        self.stop_flag = threading.Event()
+        self.errors = []
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            status, body = publish(self.node, self.topic, self.n + 1)
+            if status != 200:
+                self.errors.append((status, body))
+                return
+            self.n += 1
+            self.ids[self.n] = body["id"]
+
+
+async def resume_on_other_node(a: ServerProcess, b: ServerProcess) -> None:
+    pub = Publisher(a, "seam")
+    wa = await connect(a)
+    await sub(wa, ["seam"])
+    pub.start()
+    try:
+        last = 0
+        while last < 30:
+            e = await recv(wa)
+            check(e.get("data") == last + 1, f"live on A: {e} after {last}")
+            last = e["data"]
+        last_id = e["id"]
+        await wa.close()
+        while pub.n < last + 50:  # published while no one listened
+            await asyncio.sleep(0.01)
+        wb = await connect(b)
+        r = await sub(wb, ["seam"], since={"seam": last_id})
+        check(r.get("lost") == [], f"resume answered {r}")
+        target = pub.n + 100
+        while last < target:
+            e = await recv(wb)
+            check(e.get("data") == last + 1, f"after the resume on B: got {e.get('data')} after {last} (gap or duplicate)")
+            last = e["data"]
+        await wb.close()
+    finally:
+        pub.stop_flag.set()
+        pub.join()
+    check(not pub.errors, f"publisher: {pub.errors[:2]}")
+
+
+async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
+    wa = await connect(a)
+    await sub(wa, ["restart"])
+    ids = [publish_ok(b, "restart", k) for k in (1, 2, 3)]
+    for k in (1, 2, 3):
+        check((await recv(wa)).get("data") == k, "before the restart")
+    rs.kill()
+    wait_ready(a, False)
+    wait_ready(b, False)
+    check(metric(a, "wspush_bus_up") == 0, "wspush_bus_up still 1 with Redis gone")
+    status, body = publish(a, "restart", 99)
+    check(status == 503, f"a publish with Redis gone answered {status} {body}")
+    w2 = await connect(a)
+    await w2.send(json.dumps({"op": "sub", "topics": ["other"]}))
+    e = await recv(w2)
+    check(e == {"op": "error", "code": "unavailable", "topic": "other"}, f"a sub with Redis gone: {e}")
+    await w2.close()
+    pong = await wa.ping()
+    await asyncio.wait_for(pong, scaled(5))  # the connection stayed
+    rs.start()
+    wait_ready(a, True)
+    wait_ready(b, True)
+    check(metric(a, "wspush_bus_reconnects_total") >= 1, "no reconnect counted")
+    publish_ok(b, "restart", 4)
+    e = await recv(wa)
+    check(e.get("data") == 4, f"after the restart the subscriber got {e}")
+    await wa.close()
+    # The append-only file kept the stream: a resume from 1 gets 2, 3, 4.
+    wb = await connect(b)
+    r = await sub(wb, ["restart"], since={"restart": ids[0]})
+    check(r.get("lost") == [], f"resume after the restart: {r}")
+    got = [(await recv(wb)).get("data") for _ in range(3)]
+    check(got == [2, 3, 4], f"replayed {got}")
+    await wb.close()
+    # Redis that lost its data: an id from before is answered lost.
+    rs.command("FLUSHALL")
+    wb = await connect(b)
+    r = await sub(wb, ["restart"], since={"restart": ids[2]})
+    check(r.get("lost") == ["restart"], f"an id from before the data was lost: {r}")
+    await wb.close()
+
+
+async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
+    r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
+    reconnects = {s: metric(s, "wspush_bus_reconnects_total") for s in (a, b)}
+    wa = await connect(a)
+    await sub(wa, ["cut"])
+    r.fcall("wspush_publish", 0, "cut", "1")
+    check((await recv(wa)).get("data") == 1, "before the cut")
+    # Every client connection of Redis is cut (both nodes'); ours publishes at once, before the
+    # node is back (it waits 0.1 s or more before reconnecting).
+    r.client_kill_filter(_type="pubsub")
+    r.client_kill_filter(_type="normal", skipme=True)
+    r.fcall("wspush_publish", 0, "cut", "2")
+    r.fcall("wspush_publish", 0, "cut", "3")
+    wait_ready(a, True)
+    r.fcall("wspush_publish", 0, "cut", "4")
+    got = [(await recv(wa)).get("data") for _ in range(3)]
+    check(got == [2, 3, 4], f"the subscriber that stayed got {got}")
+    await wa.close()
+    for s, before in reconnects.items():  # both nodes are back before the next step
+        deadline = time.monotonic() + scaled(20)
+        while metric(s, "wspush_bus_reconnects_total") <= before or readyz(s) != 200:
+            check(time.monotonic() < deadline, "a node did not reconnect after the cut")
+            await asyncio.sleep(0.05)
+
+
+async def unreachable_at_start(args) -> None:
+    port = free_port()
+    c = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                      extra=["--bus", f"redis://127.0.0.1:{port}", "--threads", "1"]).start()
+    rs = RedisServer(port, persistent=False)
+    try:
+        c.wait_for_log(r"bus: cannot reach", scaled(10))
+        check(readyz(c) == 503, "ready without Redis")
+        rs.start()
+        wait_ready(c, True)
+        ws = await connect(c)
+        await sub(ws, ["late"])
+        eid = publish_ok(c, "late", "hello")
+        check((await recv(ws)).get("id") == eid, "served once Redis appeared")
+        await ws.close()
+    finally:
+        c.kill()
+        rs.close()
+
+
+async def sharing_one_port(args, rs: RedisServer) -> None:
+    """Two processes with --reuseport on one port, each its own node with its own admin port."""
+    port = free_port()
+    nodes = [node(args, rs.url, extra=["--listen", f"127.0.0.1:{port}", "--reuseport"]) for _ in range(2)]
+    try:
+        check(all(n.port == port for n in nodes), f"ports {[n.port for n in nodes]}")
+        socks = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None)
+                                       for _ in range(200)])
+        await asyncio.gather(*[sub(ws, ["port:shared"]) for ws in socks])
+        per_node = [metric(n, 'wspush_connections{state="open"}') for n in nodes]
+        check(all(c > 0 for c in per_node) and sum(per_node) == 200, f"the kernel spread them {per_node}")
+        eid = publish_ok(nodes[0], "port:shared", "all")
+        got = await asyncio.gather(*[recv(ws) for ws in socks])
+        check(all(e.get("id") == eid for e in got), "every connection, on either process, got the publish")
+        await asyncio.gather(*[ws.close() for ws in socks])
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+def bad_urls(args) -> None:
+    for url in ("redis://", "http://127.0.0.1:6379", "redis://127.0.0.1:99999", "redis://:@127.0.0.1:1",
+                "redis://127.0.0.1:6379/99", "redis://user:pw@127.0.0.1"):
+        p = subprocess.run([args.server, "--auth=none", "--bus", url], capture_output=True, timeout=scaled(10))
+        err = p.stderr.decode()
+        check(p.returncode == 2 and "--bus" in err and "redis://" in err, f"{url}: exit {p.returncode}, {err!r}")
+
+
+async def failover_through_nginx(a: ServerProcess, b: ServerProcess) -> None:
+    if shutil.which("nginx") is None:
+        raise AssertionError("nginx is needed (Debian package nginx-light)")
+    shipped = open(os.path.join(ROOT, "deploy", "nginx", "wspush.conf")).read()
+    port = free_port()
+    conf, n = re.subn(r"(?m)^    listen 80;$", f"    listen 127.0.0.1:{port};", shipped)
+    check(n == 1, "the shipped config's listen line changed: update this test")
+    conf, n = re.subn(r"(?m)^    server 127\.0\.0\.1:\d+ (max_fails=1 fail_timeout=5s;)\n", "", conf)
+    check(n == 2, "the shipped config's upstream servers changed: update this test")
+    servers = "".join(f"    server 127.0.0.1:{s.port} max_fails=1 fail_timeout=5s;\n" for s in (a, b))
+    conf = conf.replace("    least_conn;\n", "    least_conn;\n" + servers)
+    tmp = tempfile.mkdtemp(prefix="wspush-nginx-")
+    with open(os.path.join(tmp, "wspush.conf"), "w") as f:
+        f.write(conf)
+    with open(os.path.join(tmp, "nginx.conf"), "w") as f:
+        f.write(f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log warn;\n"
+                f"events {{ worker_connections 1024; }}\n"
+                f"http {{\n  access_log off;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n"
+                f"  fastcgi_temp_path {tmp};\n  uwsgi_temp_path {tmp};\n  scgi_temp_path {tmp};\n"
+                f"  include {tmp}/wspush.conf;\n}}\n")
+    t = subprocess.run(["nginx", "-t", "-p", tmp, "-c", f"{tmp}/nginx.conf"], capture_output=True)
+    check(t.returncode == 0, f"nginx -t: {t.stderr.decode()}")
+    proc = subprocess.Popen(["nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    try:
+        deadline = time.monotonic() + scaled(10)
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                check(time.monotonic() < deadline, "nginx did not listen")
+                time.sleep(0.05)
+        ws = await connect(a, port)
+        await sub(ws, ["failover"])
+        first = publish_ok(a, "failover", 1)
+        check((await recv(ws)).get("id") == first, "through nginx")
+        # Which node holds it: that one is killed.
+        victim = a if metric(a, "wspush_subscriptions") >= 1 else b
+        other = b if victim is a else a
+        victim.kill()  # SIGKILL by PID
+        try:
+            await asyncio.wait_for(ws.recv(), scaled(10))
+            raise AssertionError("the connection outlived its node")
+        except websockets.ConnectionClosed:
+            pass
+        missed = [publish_ok(other, "failover", k) for k in (2, 3, 4)]
+        ws = await connect(other, port)  # through nginx: only the live node answers
+        r = await sub(ws, ["failover"], since={"failover": first})
+        check(r.get("lost") == [], f"resume through nginx: {r}")
+        got = [await recv(ws) for _ in range(3)]
+        check([e.get("id") for e in got] == missed, f"replayed {got}")
+        await ws.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(args) -> None:
+    rs = RedisServer().start()
+    try:
+        a = node(args, rs.url)
+        b = node(args, rs.url)
+        f = Findings()
+        f.step("cross-node delivery both ways", lambda: asyncio.run(cross_node(a, b)))
+        f.step("a backend publishing straight into Redis", lambda: asyncio.run(straight_into_redis(rs, a, b)))
+        f.step("subbed means active in Redis", lambda: asyncio.run(subbed_means_active(rs, a)))
+        f.step("2,000 mailboxes: batched subscribes, a batch publish", lambda: asyncio.run(many_mailboxes(rs, a, b)))
+        f.step("resume on the other node: no gap, no duplicate", lambda: asyncio.run(resume_on_other_node(a, b)))
+        f.step("a node cut off from Redis catches up its subscribers", lambda: asyncio.run(catch_up_after_cut(rs, a, b)))
+        f.step("Redis killed and restarted", lambda: asyncio.run(redis_restart(rs, a, b)))
+        f.step("a node started with Redis unreachable", lambda: asyncio.run(unreachable_at_start(args)))
+        f.step("two processes sharing one port", lambda: asyncio.run(sharing_one_port(args, rs)))
+        f.step("bad --bus URLs", bad_urls, args)
+        f.step("a node killed behind nginx", lambda: asyncio.run(failover_through_nginx(a, b)))
+        for s in (a, b):
+            check(not s.crashed(), "a node crashed\n" + s.log_tail())
+        f.done()
+    finally:
+        rs.close()
+
+
+if __name__ == "__main__":
+    run_main(main, arg_parser(__doc__.splitlines()[0]))
