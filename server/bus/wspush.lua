@@ -35,8 +35,10 @@ local function epoch()
   return e
 end
 
+-- The server's rule (proto/topic.hpp): 1-128 bytes of visible ASCII other than * " \
 local function valid_topic(t)
-  return type(t) == 'string' and #t >= 1 and #t <= 256 and not string.find(t, '[%c%s"\\]')
+  return type(t) == 'string' and #t >= 1 and #t <= 128 and not string.find(t, '[^!-~]')
+    and not string.find(t, '[*"\\]')
 end
 
 -- a < b for stream ids "ms-seq"
