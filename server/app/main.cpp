@@ -246,7 +246,8 @@ int run(const config& cfg) {
   for (auto& s : shards) accepted += s->conn_stats().accepted.get();
   for (std::size_t k = 0; k < listeners.size(); ++k)
     if (k == 0 || listeners[k] != listeners[0]) ::close(listeners[k]);
-  log(log_level::info, "stopped (%llu connections accepted)", (unsigned long long)accepted);
+  log(log_level::info, "stopped (%llu connection%s accepted)", (unsigned long long)accepted,
+      accepted == 1 ? "" : "s");
   return 0;
 }
 
