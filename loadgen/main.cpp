@@ -95,6 +95,8 @@ private:
   std::uint64_t _start_ns = 0;
   std::uint64_t _last_progress_ns = 0;
   std::uint64_t _last_deliveries = 0;
+  std::uint64_t _last_ready = 0;     ///< progress(): ready at the previous line, and when
+  std::uint64_t _last_ready_ns = 0;
   std::uint64_t _last_change_ns = 0;
   int _sigfd = -1;
   bool _signalled = false;
@@ -265,10 +267,27 @@ void parent::progress(bool last) {
   const counters t = _agg.totals();
   const histogram& h = _agg.latency();
   const double el = static_cast<double>(_last_progress_ns - _start_ns) / 1e9;
-  std::fprintf(stderr, "\r[%6.1fs] open %llu/%u ready %llu errors %llu | sent %llu delivered %llu loss-so-far %llu | "
+  // Connections up per second since the last line, and the failures by cause (the counters'
+  // names, without "err_"), so a stalled connect says why while it happens.
+  const double dt = static_cast<double>(_last_progress_ns - _last_ready_ns) / 1e9;
+  const double rate = _last_ready_ns != 0 && dt > 0 && t[ctr::ready] >= _last_ready
+                          ? static_cast<double>(t[ctr::ready] - _last_ready) / dt : 0;
+  _last_ready = t[ctr::ready];
+  _last_ready_ns = _last_progress_ns;
+  std::string causes;
+  for (std::size_t k = static_cast<std::size_t>(ctr::err_refused); k <= static_cast<std::size_t>(ctr::http_other); ++k) {
+    const std::uint64_t v = t.v[k];
+    if (v == 0) continue;
+    std::string_view name = ctr_names[k];
+    if (name.substr(0, 4) == "err_") name.remove_prefix(4);
+    causes += (causes.empty() ? " (" : ", ") + std::string(name) + " " + std::to_string(v);
+  }
+  if (!causes.empty()) causes += ")";
+  std::fprintf(stderr, "\r[%6.1fs] open %llu/%u ready %llu (%.0f/s) errors %llu%s | sent %llu delivered %llu loss-so-far %llu | "
                "p50 %.2f p99 %.2f max %.2f ms   %s",
                el, static_cast<unsigned long long>(t[ctr::open]), _o.connections,
-               static_cast<unsigned long long>(t[ctr::ready]), static_cast<unsigned long long>(t.connect_errors()),
+               static_cast<unsigned long long>(t[ctr::ready]), rate, static_cast<unsigned long long>(t.connect_errors()),
+               causes.c_str(),
                static_cast<unsigned long long>(t[ctr::sent]), static_cast<unsigned long long>(t[ctr::deliveries]),
                static_cast<unsigned long long>(t[ctr::expected] > t[ctr::unique] && t[ctr::sent] >= _o.messages ? t.loss() : 0),
                static_cast<double>(h.quantile(0.5)) / 1e6, static_cast<double>(h.quantile(0.99)) / 1e6,
@@ -334,7 +353,7 @@ int parent::run() {
     throw std::runtime_error(std::string("cannot start worker processes: ") + std::strerror(errno));
   }
   connect_phase(r);
-  if (!_o.publishes()) wait_until([] { return false; }, _o.hold);  // idle: hold, then read the server's memory
+  if (_o.hold > 0) wait_until([] { return false; }, _o.hold);  // hold, then read the server's memory
   r.loaded = read_proc(_o.server_pid);
   r.held = workers_total()[ctr::open];
   const std::uint64_t ready_at_go = _o.publishes() ? publish_phase() : 0;

@@ -39,7 +39,8 @@ const std::string_view usage_text =
     "  --size BYTES                 payload size (default 64)\n"
     "  --topic T, --topic-prefix P  fanout topic (lg-fanout), mailbox topic prefix (lg-mb-)\n"
     "  --pipeline K                 admin publishes in flight (default 32)\n"
-    "  --hold S                     idle: seconds to hold once all are up (default 10)\n"
+    "  --hold S                     seconds to hold once all are up, before any publishing (default: idle 10,\n"
+    "                               others 0); an outside observer measures memory meanwhile\n"
     "  --churn-rate R, --churn-fraction F   churn (defaults 100/s, 0.5)\n"
     "  --slow-fraction F            slow-consumers (default 0.1)\n"
     "  --storm client|server, --storm-at S  reconnect-storm (default client, at half the publishing)\n"
@@ -145,6 +146,7 @@ void apply_defaults(options& o, bool via_given) {
     fail("publishing through the admin API needs --admin http://HOST:PORT (or use --publish-via ws)");
   }
   if (o.size < 16) o.size = 16;
+  if (o.hold < 0) o.hold = o.publishes() ? 0 : 10;
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ struct options {
   double seconds = 10;               ///< publishing time when --publish-rate is given
   std::uint32_t size = 64;
   std::uint32_t pipeline = 32;       ///< admin publishes in flight
-  double hold = 10;                  ///< idle: seconds to hold once all are up
+  double hold = -1;                  ///< seconds to hold once all are up (idle: 10; others: 0, then publish)
   double churn_rate = 100;           ///< churn: closes+reopens per second over all processes
   double churn_fraction = 0.5;
   double slow_fraction = 0.1;
