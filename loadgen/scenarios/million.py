@@ -1,0 +1,732 @@
+#!/usr/bin/python3
+"""A million subscribed connections on one machine, each its own mailbox: the whole experiment
+from a clean state, torn down at the end.
+
+Open files are limited per process (20,000 here), not per machine, so the experiment runs many
+wspush processes sharing the public port (--reuseport), nodes of one Redis bus, and as many load
+generator processes spread over source addresses 127.0.0.2-127.0.0.250. For each step (a number of
+connections) it starts a fresh Redis and fresh nodes, then:
+
+  mailboxes  every connection subscribes to its own mailbox; once all are up and held, the memory
+             per connection (the nodes' user space, the kernel's Slab and sockstat, Redis, the load
+             generator); then one publish to every mailbox, through a node of the bus that holds no
+             clients: delivered/expected, loss, duplicates, misdeliveries, latency, server CPU per
+             event, Redis CPU.
+At the largest step also:
+  fanout     every connection holds one topic: one publish, latency to the last subscriber.
+  storm      one topic, published at --storm-rate/s; mid-run every node drains (SIGTERM, 1001) and a
+             fresh one takes its place; every client resumes with since: time until all are back,
+             and loss (0 inside the history window).
+
+It checks the kernel limits it needs and raises what is below them (and says so, and puts them
+back at the end), estimates the memory it needs before it starts, and stops everything with a
+clear message if the machine's available memory falls below --memory-floor-gib. Every wait is
+bounded. Exit status 0 when every phase came up fully and nothing was lost, duplicated or
+misdelivered.
+
+  loadgen/scenarios/million.py                                     # 100k, 250k, 500k, 1M
+  loadgen/scenarios/million.py --steps 50000 --nodes 3             # the CI smoke version
+"""
+import argparse, json, math, os, re, resource, shutil, signal, socket, subprocess, sys, tempfile
+import threading, time, urllib.request
+
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Stop(Exception):
+    """The experiment cannot go on; the message says why."""
+
+
+# --- what the machine says ----------------------------------------------------------------------
+
+def meminfo():
+    out = {}
+    for line in open("/proc/meminfo"):
+        k, v = line.split(":", 1)
+        out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def sockstat():
+    """TCP sockets in use and the pages their buffers hold (sockstat's `mem`)."""
+    for line in open("/proc/net/sockstat"):
+        if line.startswith("TCP:"):
+            f = line.split()[1:]
+            d = dict(zip(f[0::2], map(int, f[1::2])))
+            return d.get("inuse", 0), d.get("mem", 0) * PAGE
+    return 0, 0
+
+
+def rss(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of a process (all its threads)."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / TICK
+    except (OSError, IndexError):
+        return 0.0
+
+
+def tree(pid):
+    """pid and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def sysctl_path(name):
+    return "/proc/sys/" + name.replace(".", "/")
+
+
+def read_sysctl(name):
+    return open(sysctl_path(name)).read().split()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+# --- limits --------------------------------------------------------------------------------------
+
+class Limits:
+    """Checks what the experiment needs of the kernel, raises what is below it, and puts back what
+    it changed."""
+
+    def __init__(self, n, nodes, lg_procs):
+        self.changed = []
+        self.n, self.nodes, self.lg_procs = n, nodes, lg_procs
+
+    def need(self, name, minimum, why, index=None, essential=False):
+        cur = read_sysctl(name)
+        v = int(cur[index if index is not None else 0])
+        if v >= minimum:
+            log(f"  {name} = {' '.join(cur)}: enough ({why})")
+            return
+        new = list(cur)
+        new[index if index is not None else 0] = str(minimum)
+        try:
+            open(sysctl_path(name), "w").write(" ".join(new))
+        except OSError as e:
+            if essential:
+                raise Stop(f"{name} is {v}, needs {minimum} ({why}), and cannot be raised: {e}")
+            log(f"  {name} = {v}, below {minimum} ({why}), and cannot be raised here ({e}): going on")
+            return
+        self.changed.append((name, cur))
+        log(f"  {name}: raised {' '.join(cur)} -> {' '.join(new)} ({why})")
+
+    def apply(self):
+        log("kernel limits:")
+        sockets = 2 * self.n + 4 * (self.nodes + self.lg_procs) + 1000
+        self.need("fs.file-max", sockets + 100_000, "every socket of both ends is an open file", essential=True)
+        self.need("fs.nr_open", 20_000, "the most one process holds", essential=True)
+        self.need("net.core.somaxconn", 4096, "accept backlog per listening socket")
+        self.need("net.ipv4.tcp_max_syn_backlog", 4096, "half-open connections while connecting fast")
+        # An idle socket holds no buffer pages; tcp_mem (pages) bounds what bursts queue at once.
+        self.need("net.ipv4.tcp_mem", 3 * self.n // 16 + 65536, "pages of socket buffers in bursts", index=2)
+        lo, hi = map(int, read_sysctl("net.ipv4.ip_local_port_range"))
+        per_source = math.ceil(self.n / 249)
+        if hi - lo + 1 < per_source:
+            raise Stop(f"ip_local_port_range {lo}-{hi} leaves {hi - lo + 1} ports per source address; "
+                       f"{per_source} needed")
+        log(f"  net.ipv4.ip_local_port_range = {lo} {hi}: enough ({per_source} ports per source address)")
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            log(f"  open files of this process and its children: soft {soft} -> {hard}")
+        if hard < 17_000:
+            raise Stop(f"the open-files hard limit is {hard}; each process here holds up to ~17,000")
+
+    def restore(self):
+        for name, old in reversed(self.changed):
+            try:
+                open(sysctl_path(name), "w").write(" ".join(old))
+                log(f"restored {name} = {' '.join(old)}")
+            except OSError as e:
+                log(f"could not restore {name} to {' '.join(old)}: {e}")
+        self.changed = []
+
+
+# --- the watchdog --------------------------------------------------------------------------------
+
+class Watchdog(threading.Thread):
+    """Watches MemAvailable; below the floor it calls `trip` once, with the reason."""
+
+    def __init__(self, floor, trip):
+        super().__init__(daemon=True)
+        self.floor, self.trip = floor, trip
+        self.lowest = None
+        self.done = threading.Event()
+        self.reason = None
+
+    def run(self):
+        while not self.done.wait(0.25):
+            avail = meminfo()["MemAvailable"]
+            self.lowest = avail if self.lowest is None else min(self.lowest, avail)
+            if avail < self.floor and self.reason is None:
+                self.reason = (f"MemAvailable fell to {avail / 2**30:.2f} GiB, below the floor of "
+                               f"{self.floor / 2**30:.2f} GiB")
+                self.trip(self.reason)
+
+
+# --- the cluster ---------------------------------------------------------------------------------
+
+class Cluster:
+    """A fresh redis-server, `nodes` wspush processes sharing the public port, and one more node
+    on the bus, on a port of its own with no clients, that takes the publishes."""
+
+    def __init__(self, a, nodes, workdir):
+        self.a, self.nodes, self.workdir = a, nodes, workdir
+        self.rport = free_port()
+        self.port = free_port()
+        self.admin0 = a.admin_base
+        self.redis = None
+        self.procs = []          # serving nodes
+        self.pub = None          # the publishing node
+        self.pub_admin = self.admin0 + nodes
+        self.gen = 0             # restart_all() generations: node k's admin port is admin(k)
+
+    def admin(self, k):
+        """Admin port of serving node k (of the current generation); the publishing node has
+        admin0 + nodes."""
+        return self.admin0 + self.gen * (self.nodes + 1) + k
+
+    def node_argv(self, k, listen_port, admin):
+        return [self.a.server, "--auth=none", "--bus", f"redis://127.0.0.1:{self.rport}",
+                "--reuseport", "--threads", "1", "--listen", f"127.0.0.1:{listen_port}",
+                "--admin-listen", f"127.0.0.1:{admin}", "--ping-interval", str(self.a.ping_interval),
+                "--history-size", "100", "--history-ttl", "600", "--drain-seconds", str(self.a.drain_seconds)]
+
+    def spawn_node(self, k):
+        logf = open(os.path.join(self.workdir, f"node{k}.log"), "ab")
+        return subprocess.Popen(self.node_argv(k, self.port, self.admin(k)), stdout=logf, stderr=logf)
+
+    def start(self):
+        d = os.path.join(self.workdir, "redis")
+        os.makedirs(d, exist_ok=True)
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", d, "--stream-node-max-bytes", "512", "--maxclients", "10000"],
+            stdout=open(os.path.join(self.workdir, "redis.log"), "ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not self.redis_cmd("PING"):
+            if time.monotonic() > deadline or self.redis.poll() is not None:
+                raise Stop(f"redis-server did not start (see {self.workdir}/redis.log)")
+            time.sleep(0.05)
+        self.procs = [self.spawn_node(k) for k in range(self.nodes)]
+        logf = open(os.path.join(self.workdir, "pubnode.log"), "ab")
+        self.pub = subprocess.Popen(self.node_argv(self.nodes, free_port(), self.pub_admin), stdout=logf, stderr=logf)
+        self.wait_ready([self.admin(k) for k in range(self.nodes)] + [self.pub_admin])
+
+    def wait_ready(self, ports, seconds=30):
+        deadline = time.monotonic() + seconds
+        for port in ports:
+            while True:
+                try:
+                    if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
+                        break
+                except Exception:
+                    pass
+                if time.monotonic() > deadline:
+                    raise Stop(f"the node with admin port {port} was not ready within {seconds} s "
+                               f"(logs in {self.workdir})")
+                time.sleep(0.05)
+
+    def redis_cmd(self, *args):
+        r = subprocess.run(["redis-cli", "-p", str(self.rport), *args], capture_output=True, text=True, timeout=10)
+        return r.stdout if r.returncode == 0 and not r.stdout.startswith("Could not connect") else ""
+
+    def redis_info(self):
+        out = {}
+        for line in self.redis_cmd("INFO").splitlines():
+            if ":" in line:
+                k, v = line.split(":", 1)
+                out[k] = v.strip()
+        return out
+
+    def node_pids(self):
+        return [p.pid for p in self.procs]
+
+    def sample(self):
+        """Memory and CPU of everything, now."""
+        info = self.redis_info()
+        m = meminfo()
+        inuse, sockmem = sockstat()
+        return {
+            "t": time.monotonic(),
+            "node_rss": sum(rss(p) for p in self.node_pids()),
+            "node_cpu": sum(cpu_s(p) for p in self.node_pids()),
+            "pub_cpu": cpu_s(self.pub.pid) if self.pub else 0.0,
+            "redis_mem": int(info.get("used_memory", 0)),
+            "redis_rss": rss(self.redis.pid) if self.redis else 0,
+            "redis_cpu": float(info.get("used_cpu_user", 0)) + float(info.get("used_cpu_sys", 0)),
+            "slab": m["Slab"], "avail": m["MemAvailable"], "tcp_inuse": inuse, "tcp_mem": sockmem,
+        }
+
+    def restart_all(self):
+        """Every serving node drains (SIGTERM: it stops accepting and closes its connections with
+        1001 over --drain-seconds) while a fresh node takes its place on the shared port at once,
+        as in a rolling deploy (the fresh ones on the next admin ports: the old ones keep theirs
+        while they drain)."""
+        old = self.procs
+        for p in old:
+            p.send_signal(signal.SIGTERM)
+        self.gen += 1
+        self.procs = [self.spawn_node(k) for k in range(len(old))]
+        self.wait_ready([self.admin(k) for k in range(len(self.procs))])
+        for k, p in enumerate(old):
+            try:
+                p.wait(timeout=self.a.drain_seconds + 30)
+            except subprocess.TimeoutExpired:
+                raise Stop(f"node {k} did not finish draining within {self.a.drain_seconds + 30} s")
+
+    def stop(self):
+        for p in self.procs + ([self.pub] if self.pub else []):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL if self.a.fast_teardown else signal.SIGTERM)
+        for p in self.procs + ([self.pub] if self.pub else []):
+            try:
+                p.wait(timeout=self.a.drain_seconds + 30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.redis and self.redis.poll() is None:
+            self.redis.terminate()
+            try:
+                self.redis.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.redis.kill()
+                self.redis.wait()
+        self.procs, self.pub, self.redis = [], None, None
+
+
+# --- the load generator --------------------------------------------------------------------------
+
+PROGRESS = re.compile(r"\[\s*([\d.]+)s\] open (\d+)/(\d+) ready (\d+) \(([\d.]+)/s\) errors (\d+)([^|]*)\| "
+                      r"sent (\d+) delivered (\d+)")
+
+
+class Loadgen:
+    """One wspush-loadgen run; its live line is parsed as it comes."""
+
+    def __init__(self, a, argv, workdir, name):
+        self.a = a
+        self.ready = 0
+        self.errors = 0
+        self.causes = ""
+        self.sent = 0
+        self.delivered = 0
+        self.changed = time.monotonic()
+        self.errlog = open(os.path.join(workdir, f"loadgen-{name}.log"), "wb")
+        self.p = subprocess.Popen([a.loadgen, *argv, "--progress", "--json"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+        self.out = b""
+        threading.Thread(target=self._stderr, daemon=True).start()
+        self.reader = threading.Thread(target=self._stdout, daemon=True)
+        self.reader.start()
+
+    def _stdout(self):
+        self.out = self.p.stdout.read()
+
+    def _stderr(self):
+        buf = b""
+        while True:
+            chunk = self.p.stderr.read1(65536)
+            if not chunk:
+                break
+            self.errlog.write(chunk)
+            buf += chunk
+            *lines, buf = re.split(rb"[\r\n]", buf)
+            for line in lines:
+                m = PROGRESS.search(line.decode(errors="replace"))
+                if m:
+                    ready = int(m.group(4))
+                    if ready != self.ready or int(m.group(9)) != self.delivered:
+                        self.changed = time.monotonic()
+                    self.ready, self.errors, self.causes = ready, int(m.group(6)), m.group(7).strip()
+                    self.sent, self.delivered = int(m.group(8)), int(m.group(9))
+
+    def pids(self):
+        return tree(self.p.pid) if self.p.poll() is None else []
+
+    def rss(self):
+        return sum(rss(p) for p in self.pids())
+
+    def kill(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGKILL)
+
+    def result(self, timeout):
+        try:
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.p.wait()
+            raise Stop(f"the load generator did not finish within {timeout:.0f} s")
+        self.reader.join(10)
+        try:
+            return json.loads(self.out.decode())
+        except ValueError:
+            raise Stop(f"the load generator exited {self.p.returncode} without a result "
+                       f"(see {self.errlog.name})")
+
+
+# --- the experiment ------------------------------------------------------------------------------
+
+class Experiment:
+    def __init__(self, a):
+        self.a = a
+        self.workdir = tempfile.mkdtemp(prefix="wspush-million-")
+        self.cluster = None
+        self.lg = None
+        self.tripped = None
+        self.results = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                        "machine": machine(), "steps": [], "fanout": None, "storm": None}
+
+    def trip(self, reason):
+        self.tripped = reason
+        log(f"STOP: {reason}; stopping everything")
+        if self.lg:
+            self.lg.kill()
+        if self.cluster:
+            for p in self.cluster.procs:
+                if p.poll() is None:
+                    p.kill()
+
+    def check(self):
+        if self.tripped:
+            raise Stop(self.tripped)
+
+    def sizes(self, n):
+        nodes = self.a.nodes or math.ceil(n / self.a.per_node)
+        procs = math.ceil(n / self.a.per_loadgen)
+        return nodes, procs
+
+    def estimate(self, n):
+        """Bytes the step needs: both socket ends in the kernel, the node, Redis and the load
+        generator per connection, plus each process's own base."""
+        nodes, procs = self.sizes(n)
+        per_conn = 8_400 + 400 + 1_100 + 800
+        return n * per_conn + nodes * 12 * 2**20 + procs * 16 * 2**20 + 256 * 2**20
+
+    def begin(self, n):
+        nodes, procs = self.sizes(n)
+        need = self.estimate(n)
+        avail = meminfo()["MemAvailable"]
+        if need > avail - self.a.memory_floor_gib * 2**30:
+            raise Stop(f"{n:,} connections need about {need / 2**30:.1f} GiB; {avail / 2**30:.1f} GiB is available "
+                       f"and {self.a.memory_floor_gib} GiB must stay free")
+        self.cluster = Cluster(self.a, nodes, self.workdir)
+        self.cluster.start()
+        return nodes, procs
+
+    def end(self):
+        if self.lg:
+            self.lg.kill()
+            self.lg = None
+        if self.cluster:
+            self.cluster.stop()
+            self.cluster = None
+
+    def loadgen_argv(self, scenario, n, procs, extra):
+        c = self.cluster
+        return [scenario, "--url", f"ws://127.0.0.1:{c.port}/ws", "--admin", f"http://127.0.0.1:{c.pub_admin}",
+                "--connections", str(n), "--procs", str(procs), "--connect-timeout", str(self.connect_budget(n)),
+                "--timeout", str(self.a.timeout), *extra]
+
+    def connect_budget(self, n):
+        return max(60, math.ceil(n / self.a.min_connect_rate))
+
+    def await_connected(self, lg, n, what):
+        """Until the load generator says all n are up (or nothing has changed for a while)."""
+        deadline = time.monotonic() + self.connect_budget(n) + 30
+        last_print = 0.0
+        t0 = time.monotonic()
+        while True:
+            self.check()
+            now = time.monotonic()
+            if now - last_print >= self.a.progress_every:
+                last_print = now
+                log(f"  {what}: {lg.ready:,}/{n:,} up, {lg.ready / max(now - t0, 1e-9):,.0f}/s"
+                    f"{', failures ' + str(lg.errors) + ' ' + lg.causes if lg.errors else ''}, "
+                    f"available memory {meminfo()['MemAvailable'] / 2**30:.1f} GiB")
+            if lg.ready >= n:
+                return now - t0
+            if lg.p.poll() is not None:
+                return now - t0
+            if now > deadline or (lg.ready > 0 and now - lg.changed > 20):
+                log(f"  {what}: stopped at {lg.ready:,}/{n:,} up (failures {lg.errors} {lg.causes})")
+                return now - t0
+            time.sleep(0.2)
+
+    def mailboxes(self, n):
+        nodes, procs = self.begin(n)
+        log(f"step {n:,}: {nodes} nodes, {procs} load generator processes (work dir {self.workdir})")
+        before = self.cluster.sample()
+        self.lg = Loadgen(self.a, self.loadgen_argv("mailboxes", n, procs,
+                                                    ["--messages", str(n), "--pipeline", str(self.a.pipeline),
+                                                     "--hold", str(self.a.hold)]), self.workdir, f"mailboxes-{n}")
+        connect_s = self.await_connected(self.lg, n, f"{n:,}")
+        time.sleep(min(2.0, self.a.hold / 3))   # let the last subscriptions settle
+        self.check()
+        loaded = self.cluster.sample()
+        lg_rss = self.lg.rss()
+        time.sleep(max(0.0, self.a.hold - min(2.0, self.a.hold / 3) - 2.5))
+        held = self.cluster.sample()      # still holding: the idle CPU rate (pings) to subtract
+        r = self.lg.result(self.connect_budget(n) + self.a.timeout + self.a.hold + 60)
+        self.lg = None
+        after = self.cluster.sample()
+        self.check()
+        up = r["counters"]["ready"]
+        events = r["counters"]["sent"]
+        idle_rate = (held["node_cpu"] - loaded["node_cpu"]) / max(held["t"] - loaded["t"], 1e-9)
+        busy = after["node_cpu"] - held["node_cpu"] - idle_rate * (after["t"] - held["t"])
+        step = {
+            "connections": n, "nodes": nodes, "loadgen_procs": procs, "up": up,
+            "connect_s": r["connect_s"], "connect_rate": up / r["connect_s"] if r["connect_s"] else 0,
+            "connect_errors": r["connect_errors"],
+            "node_rss_per_conn": (loaded["node_rss"] - before["node_rss"]) / max(up, 1),
+            "node_rss_total": loaded["node_rss"],
+            "slab_per_conn": (loaded["slab"] - before["slab"]) / max(up, 1),
+            "tcp_inuse": loaded["tcp_inuse"] - before["tcp_inuse"],
+            "tcp_mem_bytes": loaded["tcp_mem"],
+            "redis_mem_per_conn": (loaded["redis_mem"] - before["redis_mem"]) / max(up, 1),
+            "redis_mem_after_publish_per_conn": (after["redis_mem"] - before["redis_mem"]) / max(up, 1),
+            "redis_rss": after["redis_rss"],
+            "loadgen_rss_per_conn": lg_rss / max(up, 1), "loadgen_rss": lg_rss,
+            "events": events, "expected": r["counters"]["expected"], "delivered": r["counters"]["unique"],
+            "loss": r["loss"], "duplicates": r["counters"]["duplicates"], "misdelivered": r["counters"]["foreign"],
+            "latency_us": r["latency_us"], "publish_s": r["publish_s"],
+            "server_cpu_per_event_us": busy / max(events, 1) * 1e6,
+            "publish_node_cpu_per_event_us": (after["pub_cpu"] - held["pub_cpu"]) / max(events, 1) * 1e6,
+            "redis_cpu_per_event_us": (after["redis_cpu"] - held["redis_cpu"]) / max(events, 1) * 1e6,
+            "redis_cpu_s": after["redis_cpu"] - held["redis_cpu"],
+            "idle_node_cpu_per_s": idle_rate,
+            "lowest_available_gib": None, "ok": r["ok"] and up == n,
+            "problems": r["problems"],
+        }
+        self.end()
+        self.results["steps"].append(step)
+        print_step(step)
+        return step
+
+    def fanout(self, n):
+        nodes, procs = self.begin(n)
+        log(f"fan-out to all at {n:,}: {nodes} nodes")
+        self.lg = Loadgen(self.a, self.loadgen_argv("fanout", n, procs, ["--messages", "1", "--topic", "all"]),
+                          self.workdir, f"fanout-{n}")
+        self.await_connected(self.lg, n, f"fan-out {n:,}")
+        r = self.lg.result(self.connect_budget(n) + self.a.timeout + 60)
+        self.lg = None
+        self.end()
+        f = {"connections": n, "up": r["counters"]["ready"], "delivered": r["counters"]["unique"],
+             "expected": r["counters"]["expected"], "loss": r["loss"], "duplicates": r["counters"]["duplicates"],
+             "latency_us": r["latency_us"], "ok": r["ok"], "problems": r["problems"]}
+        self.results["fanout"] = f
+        log(f"fan-out: {f['delivered']:,}/{f['expected']:,} delivered, loss {f['loss']}, p50 "
+            f"{f['latency_us']['p50'] / 1000:.1f} ms, p99 {f['latency_us']['p99'] / 1000:.1f} ms, last "
+            f"{f['latency_us']['max'] / 1000:.1f} ms")
+        return f
+
+    def storm(self, n):
+        nodes, procs = self.begin(n)
+        seconds = self.a.storm_seconds
+        log(f"reconnect storm at {n:,}: {nodes} nodes, one topic at {self.a.storm_rate}/s for {seconds} s")
+        self.lg = Loadgen(self.a, self.loadgen_argv(
+            "reconnect-storm", n, procs,
+            ["--storm", "server", "--publish-rate", str(self.a.storm_rate), "--seconds", str(seconds),
+             "--topic", "storm", "--drain-timeout", "10"]), self.workdir, f"storm-{n}")
+        self.await_connected(self.lg, n, f"storm {n:,}")
+        deadline = time.monotonic() + 60
+        while self.lg.sent < max(2, self.a.storm_rate * 3) and time.monotonic() < deadline:
+            self.check()
+            time.sleep(0.1)
+        log(f"  every node drains (SIGTERM) and a fresh one takes its place; {self.lg.sent} published so far")
+        t0 = time.monotonic()
+        self.cluster.restart_all()
+        log(f"  all {nodes} nodes replaced in {time.monotonic() - t0:.1f} s")
+        r = self.lg.result(self.connect_budget(n) + self.a.timeout + seconds + 120)
+        self.lg = None
+        self.end()
+        s = {"connections": n, "nodes": nodes, "up": r["counters"]["ready"], "back_s": r["storm_back_s"],
+             "left": r["storm_left"], "reconnects": r["counters"]["reconnects"], "events": r["counters"]["sent"],
+             "expected": r["counters"]["expected"], "delivered": r["counters"]["unique"], "loss": r["loss"],
+             "duplicates": r["counters"]["duplicates"], "lost_reported": r["counters"]["lost_reported"],
+             "close_1001": r["counters"]["close_1001"], "ok": r["ok"], "problems": r["problems"]}
+        self.results["storm"] = s
+        log(f"storm: {s['reconnects']:,} reconnects, all back in {s['back_s']:.1f} s ({s['left']} left), "
+            f"{s['delivered']:,}/{s['expected']:,} delivered, loss {s['loss']}, duplicates {s['duplicates']}")
+        return s
+
+
+def machine():
+    cpus = os.cpu_count()
+    model = ""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {"cpus": cpus, "model": model, "memory_gib": round(meminfo()["MemTotal"] / 2**30, 1),
+            "kernel": os.uname().release}
+
+
+def print_step(s):
+    lat = s["latency_us"]
+    log(f"step {s['connections']:,}: {s['up']:,} up in {s['connect_s']:.1f} s ({s['connect_rate']:,.0f}/s); "
+        f"per connection: nodes {s['node_rss_per_conn']:.0f} B, kernel Slab {s['slab_per_conn']:.0f} B, "
+        f"Redis {s['redis_mem_per_conn']:.0f} B ({s['redis_mem_after_publish_per_conn']:.0f} B with one event), "
+        f"load generator {s['loadgen_rss_per_conn']:.0f} B")
+    log(f"  one event to every mailbox: {s['delivered']:,}/{s['expected']:,} delivered, loss {s['loss']}, "
+        f"duplicates {s['duplicates']}, misdelivered {s['misdelivered']}; latency p50 {lat['p50'] / 1000:.2f} "
+        f"p99 {lat['p99'] / 1000:.2f} p99.9 {lat['p999'] / 1000:.2f} max {lat['max'] / 1000:.2f} ms; server CPU "
+        f"{s['server_cpu_per_event_us']:.1f} us/event (+ publish node {s['publish_node_cpu_per_event_us']:.1f}), "
+        f"Redis {s['redis_cpu_per_event_us']:.1f} us/event")
+
+
+def markdown(res):
+    out = [f"Machine: {res['machine']['cpus']} cores ({res['machine']['model']}), "
+           f"{res['machine']['memory_gib']} GiB, Linux {res['machine']['kernel']}; {res['started_utc']}.", "",
+           "| connections | nodes | connect s (rate/s) | nodes B/conn | kernel Slab B/conn | Redis B/conn (subscribed; + one event) "
+           "| loadgen B/conn | delivered/expected | loss / dup / misdelivered | p50 / p99 / p99.9 / max ms "
+           "| server µs/event | Redis µs/event |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in res["steps"]:
+        lat = s["latency_us"]
+        out.append(
+            f"| {s['up']:,} | {s['nodes']} | {s['connect_s']:.1f} ({s['connect_rate']:,.0f}) | {s['node_rss_per_conn']:.0f} "
+            f"| {s['slab_per_conn']:,.0f} | {s['redis_mem_per_conn']:.0f}; {s['redis_mem_after_publish_per_conn']:.0f} "
+            f"| {s['loadgen_rss_per_conn']:.0f} | {s['delivered']:,}/{s['expected']:,} "
+            f"| {s['loss']} / {s['duplicates']} / {s['misdelivered']} "
+            f"| {lat['p50'] / 1000:.2f} / {lat['p99'] / 1000:.2f} / {lat['p999'] / 1000:.2f} / {lat['max'] / 1000:.2f} "
+            f"| {s['server_cpu_per_event_us']:.1f} (+{s['publish_node_cpu_per_event_us']:.1f}) "
+            f"| {s['redis_cpu_per_event_us']:.1f} |")
+    if res["fanout"]:
+        f = res["fanout"]
+        out += ["", f"Fan-out to all ({f['up']:,} connections, one topic, one publish): {f['delivered']:,}/"
+                f"{f['expected']:,} delivered, loss {f['loss']}; p50 {f['latency_us']['p50'] / 1000:.1f} ms, p99 "
+                f"{f['latency_us']['p99'] / 1000:.1f} ms, last subscriber {f['latency_us']['max'] / 1000:.1f} ms."]
+    if res["storm"]:
+        s = res["storm"]
+        out += ["", f"Reconnect storm ({s['up']:,} connections, {s['nodes']} nodes drained and replaced): "
+                f"{s['reconnects']:,} reconnects, all back in {s['back_s']:.1f} s, {s['left']} not back; "
+                f"{s['delivered']:,}/{s['expected']:,} delivered, loss {s['loss']}, duplicates {s['duplicates']}, "
+                f"lost reported {s['lost_reported']}."]
+    if res.get("stopped"):
+        out += ["", f"Stopped: {res['stopped']}"]
+    return "\n".join(out)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", default="100000,250000,500000,1000000",
+                   help="connection counts, each a fresh run (default 100000,250000,500000,1000000)")
+    p.add_argument("--phases", default="mailboxes,fanout,storm",
+                   help="what to run: mailboxes at every step; fanout and storm at the largest")
+    p.add_argument("--nodes", type=int, default=0, help="wspush processes (default: one per --per-node)")
+    p.add_argument("--per-node", type=int, default=17_000,
+                   help="connections per wspush process; below the 20,000 open files a process may hold, "
+                        "with room for the kernel's uneven spread over SO_REUSEPORT sockets")
+    p.add_argument("--per-loadgen", type=int, default=16_000, help="connections per load generator process")
+    p.add_argument("--server", default="build/server/wspush")
+    p.add_argument("--loadgen", default="build/loadgen/wspush-loadgen")
+    p.add_argument("--admin-base", type=int, default=18100, help="admin port of node n: BASE + n")
+    p.add_argument("--hold", type=float, default=8, help="seconds all connections are held before publishing")
+    p.add_argument("--pipeline", type=int, default=128, help="admin publishes in flight")
+    p.add_argument("--ping-interval", type=int, default=30, help="the nodes' keepalive interval")
+    p.add_argument("--drain-seconds", type=int, default=5, help="the nodes' drain window")
+    p.add_argument("--storm-rate", type=float, default=1, help="storm: publishes per second to the topic all hold")
+    p.add_argument("--storm-seconds", type=float, default=30, help="storm: publishing time")
+    p.add_argument("--min-connect-rate", type=float, default=5000,
+                   help="connections/s below which connecting is given up (sets the connect deadline)")
+    p.add_argument("--timeout", type=float, default=600, help="loadgen: bound on each publishing phase")
+    p.add_argument("--memory-floor-gib", type=float, default=1.5,
+                   help="stop everything when MemAvailable falls below this")
+    p.add_argument("--progress-every", type=float, default=5, help="seconds between progress lines")
+    p.add_argument("--json", help="write every figure to this file")
+    p.add_argument("--fast-teardown", action="store_true", help="SIGKILL the nodes at the end instead of draining")
+    return p.parse_args()
+
+
+def main():
+    a = parse_args()
+    for tool in ("redis-server", "redis-cli"):
+        if not shutil.which(tool):
+            raise SystemExit(f"million: {tool} not found (Debian: apt-get install redis-server)")
+    for f in (a.server, a.loadgen):
+        if not os.access(f, os.X_OK):
+            raise SystemExit(f"million: {f} not found; build first (cmake --build build), or pass --server/--loadgen")
+    steps = [int(s.replace("_", "")) for s in a.steps.split(",") if s]
+    phases = set(a.phases.split(","))
+    top = max(steps)
+    exp = Experiment(a)
+    nodes, procs = exp.sizes(top)
+    limits = Limits(top, nodes + 1, procs)
+    watchdog = Watchdog(int(a.memory_floor_gib * 2**30), exp.trip)
+    ok = True
+    t0 = time.monotonic()
+    try:
+        limits.apply()
+        watchdog.start()
+        if "mailboxes" in phases:
+            for n in steps:
+                s = exp.mailboxes(n)
+                s["lowest_available_gib"] = watchdog.lowest / 2**30 if watchdog.lowest else None
+                ok &= s["ok"] and s["loss"] == 0 and s["duplicates"] == 0 and s["misdelivered"] == 0
+        if "fanout" in phases:
+            f = exp.fanout(top)
+            ok &= f["ok"] and f["loss"] == 0
+        if "storm" in phases:
+            s = exp.storm(top)
+            ok &= s["ok"] and s["loss"] == 0 and s["duplicates"] == 0
+    except Stop as e:
+        ok = False
+        exp.results["stopped"] = str(e)
+        log(f"million: stopped: {e}")
+    except KeyboardInterrupt:
+        ok = False
+        exp.results["stopped"] = "interrupted"
+        log("million: interrupted")
+    finally:
+        exp.end()
+        watchdog.done.set()
+        limits.restore()
+    exp.results["lowest_available_gib"] = watchdog.lowest / 2**30 if watchdog.lowest else None
+    exp.results["seconds"] = time.monotonic() - t0
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(exp.results, f, indent=1)
+    print()
+    print(markdown(exp.results))
+    print(f"\nmillion: {'ok' if ok else 'FAILED'} in {exp.results['seconds']:.0f} s "
+          f"(lowest available memory {exp.results['lowest_available_gib'] or 0:.1f} GiB; logs in {exp.workdir})")
+    if ok:
+        shutil.rmtree(exp.workdir, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
