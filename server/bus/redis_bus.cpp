@@ -837,7 +837,10 @@ void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept { w
 void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   const bool was_up = _up.exchange(false);
   _cmd_ready = _sub_ready = false;
-  if (was_up || !_ever_up) {
+  if (!_running) {
+    // stop(): the links were closed on purpose; nothing is lost and nothing reconnects.
+    if (was_up) log(log_level::info, "bus: disconnected from %s", _o.target.describe().c_str());
+  } else if (was_up || !_ever_up) {
     if (was_up) log(log_level::error, "bus: lost %s (%s); reconnecting", _o.target.describe().c_str(), why.c_str());
     else log_ratelimited(log_level::warn, "bus: cannot reach %s (%s); retrying", _o.target.describe().c_str(), why.c_str());
   }
