@@ -328,6 +328,9 @@ std::uint64_t parent::publish_phase() {
   wait_until([&] { return workers_total()[ctr::going] == _o.procs; }, 10);
   command('g', false, true);
   wait_until([&] { return _agg.is_final(_o.procs); }, _o.timeout + 10);
+  // The drain's quiet window starts when publishing ends at the latest: after a long connect
+  // phase the last delivery (none yet) is long past, and the drain must not end at once.
+  _last_change_ns = std::max(_last_change_ns, now_ns());
   const double storm_grace = _o.sc == scenario::reconnect_storm ? _o.connect_timeout : 0;
   wait_until([&] {
     const counters t = workers_total();

@@ -44,7 +44,9 @@ const std::string_view usage_text =
     "  --churn-rate R, --churn-fraction F   churn (defaults 100/s, 0.5)\n"
     "  --slow-fraction F            slow-consumers (default 0.1)\n"
     "  --storm client|server, --storm-at S  reconnect-storm (default client, at half the publishing)\n"
-    "  --connect-timeout S, --timeout S, --drain-timeout S   bounds (defaults 60, 120, 5)\n"
+    "  --connect-timeout S, --timeout S, --drain-timeout S   bounds (defaults 60, 120, 5)\n"    "  --attempt-timeout S          a reconnect (churn, storm) not upgraded and subscribed within S is\n"
+    "                               abandoned and tried again (default 10; the first connects get\n"
+    "                               --connect-timeout)\n"
     "  --server-pid PID             sample the server's memory and CPU time from /proc\n"
     "  --sample-interval S          time-series resolution (default 1)\n"
     "  --json                       print the result as one JSON object\n"
@@ -243,6 +245,7 @@ options parse_options(int argc, char** argv) {
     else if (arg == "--slow-fraction") o.slow_fraction = num(0, 1);
     else if (arg == "--storm-at") o.storm_at = num(0, 1e6);
     else if (arg == "--connect-timeout") o.connect_timeout = num(0.001, 1e6);
+    else if (arg == "--attempt-timeout") o.attempt_timeout = num(0.001, 1e6);
     else if (arg == "--timeout") o.timeout = num(0.001, 1e6);
     else if (arg == "--drain-timeout") o.drain_timeout = num(0.001, 1e6);
     else if (arg == "--sample-interval") o.sample_interval = num(0.05, 3600);

@@ -54,6 +54,7 @@ struct options {
   double slow_fraction = 0.1;
   double storm_at = -1;              ///< seconds into publishing; <0: at half of it
   double connect_timeout = 60;
+  double attempt_timeout = 10;       ///< a reconnect (churn, storm) not ready by then is retried
   double timeout = 120;              ///< run phase bound
   double drain_timeout = 5;          ///< after the last publish, give up when nothing came for this long
   double sample_interval = 1;

@@ -214,9 +214,12 @@ void worker::send_control(lg_conn& c, proto::opcode op, std::span<const std::uin
   if (n != static_cast<ssize_t>(h + payload.size())) ++_c[ctr::send_errors];
 }
 
-/// Attempts still not ready after --connect-timeout end as `deadline` errors.
+/// Attempts still not ready after --connect-timeout end as `deadline` errors; once the run has
+/// started, a reconnect gets --attempt-timeout and is then tried again (a SYN dropped by a full
+/// backlog would otherwise wait out the kernel's retransmissions).
 void worker::expire_upgrades(std::uint64_t now) noexcept {
-  const std::uint64_t limit = seconds_to_ns(_o.connect_timeout);
+  const std::uint64_t limit = seconds_to_ns(_go && reconnects() ? std::min(_o.connect_timeout, _o.attempt_timeout)
+                                                                 : _o.connect_timeout);
   for (std::uint32_t i = 0; i < _conns.size(); ++i) {
     const conn_state s = _conns[i].state;
     const bool pending = s == conn_state::connecting || s == conn_state::upgrading || s == conn_state::subscribing;
