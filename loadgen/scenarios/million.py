@@ -199,8 +199,9 @@ class Cluster:
     """A fresh redis-server, `nodes` wspush processes sharing the public port, and one more node
     on the bus, on a port of its own with no clients, that takes the publishes."""
 
-    def __init__(self, a, nodes, workdir):
+    def __init__(self, a, nodes, workdir, drain_seconds=None):
         self.a, self.nodes, self.workdir = a, nodes, workdir
+        self.drain_seconds = drain_seconds or a.drain_seconds
         self.rport = free_port()
         self.port = free_port()
         self.admin0 = a.admin_base
@@ -219,7 +220,7 @@ class Cluster:
         return [self.a.server, "--auth=none", "--bus", f"redis://127.0.0.1:{self.rport}",
                 "--reuseport", "--threads", "1", "--listen", f"127.0.0.1:{listen_port}",
                 "--admin-listen", f"127.0.0.1:{admin}", "--ping-interval", str(self.a.ping_interval),
-                "--history-size", "100", "--history-ttl", "600", "--drain-seconds", str(self.a.drain_seconds)]
+                "--history-size", "100", "--history-ttl", "600", "--drain-seconds", str(self.drain_seconds)]
 
     def spawn_node(self, k):
         logf = open(os.path.join(self.workdir, f"node{k}.log"), "ab")
@@ -300,9 +301,9 @@ class Cluster:
         self.wait_ready([self.admin(k) for k in range(len(self.procs))])
         for k, p in enumerate(old):
             try:
-                p.wait(timeout=self.a.drain_seconds + 30)
+                p.wait(timeout=self.drain_seconds + 30)
             except subprocess.TimeoutExpired:
-                raise Stop(f"node {k} did not finish draining within {self.a.drain_seconds + 30} s")
+                raise Stop(f"node {k} did not finish draining within {self.drain_seconds + 30} s")
 
     def stop(self):
         for p in self.procs + ([self.pub] if self.pub else []):
@@ -310,7 +311,7 @@ class Cluster:
                 p.send_signal(signal.SIGKILL if self.a.fast_teardown else signal.SIGTERM)
         for p in self.procs + ([self.pub] if self.pub else []):
             try:
-                p.wait(timeout=self.a.drain_seconds + 30)
+                p.wait(timeout=self.drain_seconds + 30)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
@@ -433,14 +434,14 @@ class Experiment:
         per_conn = 8_400 + 400 + 1_100 + 800
         return n * per_conn + nodes * 12 * 2**20 + procs * 16 * 2**20 + 256 * 2**20
 
-    def begin(self, n):
+    def begin(self, n, drain_seconds=None):
         nodes, procs = self.sizes(n)
         need = self.estimate(n)
         avail = meminfo()["MemAvailable"]
         if need > avail - self.a.memory_floor_gib * 2**30:
             raise Stop(f"{n:,} connections need about {need / 2**30:.1f} GiB; {avail / 2**30:.1f} GiB is available "
                        f"and {self.a.memory_floor_gib} GiB must stay free")
-        self.cluster = Cluster(self.a, nodes, self.workdir)
+        self.cluster = Cluster(self.a, nodes, self.workdir, drain_seconds)
         self.cluster.start()
         return nodes, procs
 
@@ -456,10 +457,12 @@ class Experiment:
         c = self.cluster
         return [scenario, "--url", f"ws://127.0.0.1:{c.port}/ws", "--admin", f"http://127.0.0.1:{c.pub_admin}",
                 "--connections", str(n), "--procs", str(procs), "--connect-timeout", str(self.connect_budget(n)),
+                "--rate", str(self.a.connect_rate),
                 "--timeout", str(self.a.timeout), *extra]
 
     def connect_budget(self, n):
-        return max(60, math.ceil(n / self.a.min_connect_rate))
+        """Seconds the connect phase may take: twice what the paced rate needs, and a minute."""
+        return math.ceil(2 * n / self.a.connect_rate) + 60
 
     def await_connected(self, lg, n, what):
         """Until the load generator says all n are up (or nothing has changed for a while)."""
@@ -489,6 +492,7 @@ class Experiment:
         before = self.cluster.sample()
         self.lg = Loadgen(self.a, self.loadgen_argv("mailboxes", n, procs,
                                                     ["--messages", str(n), "--pipeline", str(self.a.pipeline),
+                                                     "--publish-rate", str(self.a.publish_rate),
                                                      "--hold", str(self.a.hold)]), self.workdir, f"mailboxes-{n}")
         connect_s = self.await_connected(self.lg, n, f"{n:,}")
         time.sleep(min(2.0, self.a.hold / 3))   # let the last subscriptions settle
@@ -497,7 +501,7 @@ class Experiment:
         lg_rss = self.lg.rss()
         time.sleep(max(0.0, self.a.hold - min(2.0, self.a.hold / 3) - 2.5))
         held = self.cluster.sample()      # still holding: the idle CPU rate (pings) to subtract
-        r = self.lg.result(self.connect_budget(n) + self.a.timeout + self.a.hold + 60)
+        r = self.lg.result(self.connect_budget(n) + self.a.timeout + n / self.a.publish_rate + self.a.hold + 60)
         self.lg = None
         after = self.cluster.sample()
         self.check()
@@ -526,6 +530,7 @@ class Experiment:
             "redis_cpu_per_event_us": (after["redis_cpu"] - held["redis_cpu"]) / max(events, 1) * 1e6,
             "redis_cpu_s": after["redis_cpu"] - held["redis_cpu"],
             "idle_node_cpu_per_s": idle_rate,
+            "connect_rate_asked": self.a.connect_rate, "publish_rate": self.a.publish_rate,
             "lowest_available_gib": None, "ok": r["ok"] and up == n,
             "problems": r["problems"],
         }
@@ -553,9 +558,11 @@ class Experiment:
         return f
 
     def storm(self, n):
-        nodes, procs = self.begin(n)
+        drain = self.a.storm_drain_seconds or max(self.a.drain_seconds, math.ceil(n / self.a.connect_rate))
+        nodes, procs = self.begin(n, drain)
         seconds = self.a.storm_seconds
-        log(f"reconnect storm at {n:,}: {nodes} nodes, one topic at {self.a.storm_rate}/s for {seconds} s")
+        log(f"reconnect storm at {n:,}: {nodes} nodes draining over {drain} s, one topic at {self.a.storm_rate}/s "
+            f"for {seconds} s")
         self.lg = Loadgen(self.a, self.loadgen_argv(
             "reconnect-storm", n, procs,
             ["--storm", "server", "--publish-rate", str(self.a.storm_rate), "--seconds", str(seconds),
@@ -572,7 +579,7 @@ class Experiment:
         r = self.lg.result(self.connect_budget(n) + self.a.timeout + seconds + 120)
         self.lg = None
         self.end()
-        s = {"connections": n, "nodes": nodes, "up": r["counters"]["ready"], "back_s": r["storm_back_s"],
+        s = {"connections": n, "nodes": nodes, "drain_seconds": drain, "up": r["counters"]["ready"], "back_s": r["storm_back_s"],
              "left": r["storm_left"], "reconnects": r["counters"]["reconnects"], "events": r["counters"]["sent"],
              "expected": r["counters"]["expected"], "delivered": r["counters"]["unique"], "loss": r["loss"],
              "duplicates": r["counters"]["duplicates"], "lost_reported": r["counters"]["lost_reported"],
@@ -631,7 +638,7 @@ def markdown(res):
                 f"{f['latency_us']['p99'] / 1000:.1f} ms, last subscriber {f['latency_us']['max'] / 1000:.1f} ms."]
     if res["storm"]:
         s = res["storm"]
-        out += ["", f"Reconnect storm ({s['up']:,} connections, {s['nodes']} nodes drained and replaced): "
+        out += ["", f"Reconnect storm ({s['up']:,} connections, {s['nodes']} nodes drained over {s['drain_seconds']} s and replaced): "
                 f"{s['reconnects']:,} reconnects, all back in {s['back_s']:.1f} s, {s['left']} not back; "
                 f"{s['delivered']:,}/{s['expected']:,} delivered, loss {s['loss']}, duplicates {s['duplicates']}, "
                 f"lost reported {s['lost_reported']}."]
@@ -656,23 +663,32 @@ def parse_args():
     p.add_argument("--admin-base", type=int, default=18100, help="admin port of node n: BASE + n")
     p.add_argument("--hold", type=float, default=8, help="seconds all connections are held before publishing")
     p.add_argument("--pipeline", type=int, default=128, help="admin publishes in flight")
-    p.add_argument("--ping-interval", type=int, default=30, help="the nodes' keepalive interval")
+    p.add_argument("--ping-interval", type=int, default=120,
+                   help="the nodes' keepalive interval (default 120: at a million, 30 s is 33,000 pings/s, and "
+                        "here the clients answering them share the two cores)")
     p.add_argument("--drain-seconds", type=int, default=5, help="the nodes' drain window")
     p.add_argument("--storm-rate", type=float, default=1, help="storm: publishes per second to the topic all hold")
     p.add_argument("--storm-seconds", type=float, default=30, help="storm: publishing time")
-    p.add_argument("--min-connect-rate", type=float, default=5000,
-                   help="connections/s below which connecting is given up (sets the connect deadline)")
+    p.add_argument("--storm-drain-seconds", type=int, default=0,
+                   help="storm: the nodes' drain window (default: the connections over --connect-rate, so closes come as fast as the clients reconnect)")
+    p.add_argument("--connect-rate", type=float, default=6000,
+                   help="connections opened per second (paced: the nodes' upgrade timeout must not fire under "
+                        "load); the connect deadline is twice what it needs plus a minute")
+    p.add_argument("--publish-rate", type=float, default=5000, help="mailboxes: publishes per second")
     p.add_argument("--timeout", type=float, default=600, help="loadgen: bound on each publishing phase")
     p.add_argument("--memory-floor-gib", type=float, default=1.5,
                    help="stop everything when MemAvailable falls below this")
     p.add_argument("--progress-every", type=float, default=5, help="seconds between progress lines")
     p.add_argument("--json", help="write every figure to this file")
+    p.add_argument("--keep-logs", action="store_true", help="keep the work directory (logs) after a good run too")
     p.add_argument("--fast-teardown", action="store_true", help="SIGKILL the nodes at the end instead of draining")
     return p.parse_args()
 
 
 def main():
     a = parse_args()
+    # SIGTERM (a CI timeout, a person) tears down like ^C: nothing started is left behind.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     for tool in ("redis-server", "redis-cli"):
         if not shutil.which(tool):
             raise SystemExit(f"million: {tool} not found (Debian: apt-get install redis-server)")
@@ -696,6 +712,9 @@ def main():
                 s = exp.mailboxes(n)
                 s["lowest_available_gib"] = watchdog.lowest / 2**30 if watchdog.lowest else None
                 ok &= s["ok"] and s["loss"] == 0 and s["duplicates"] == 0 and s["misdelivered"] == 0
+                if s["up"] < n:
+                    raise Stop(f"only {s['up']:,} of {n:,} connections came up (failures: {s['connect_errors']}); "
+                               f"the highest complete step is {max([t['connections'] for t in exp.results['steps'] if t['up'] >= t['connections']] or [0]):,}")
         if "fanout" in phases:
             f = exp.fanout(top)
             ok &= f["ok"] and f["loss"] == 0
@@ -723,7 +742,7 @@ def main():
     print(markdown(exp.results))
     print(f"\nmillion: {'ok' if ok else 'FAILED'} in {exp.results['seconds']:.0f} s "
           f"(lowest available memory {exp.results['lowest_available_gib'] or 0:.1f} GiB; logs in {exp.workdir})")
-    if ok:
+    if ok and not a.keep_logs:
         shutil.rmtree(exp.workdir, ignore_errors=True)
     return 0 if ok else 1
 
