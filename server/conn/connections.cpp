@@ -38,6 +38,7 @@ void connections::set_state(std::uint32_t slot, conn_state s) noexcept {
 
 void connections::on_accept(int fd) noexcept {
   if (fd < 0) {
+    if (_draining) return;  // the listener was shut down on purpose (loop::begin_drain)
     // Out of file descriptors (or memory): stop taking connections for a moment instead of
     // spinning on the error. The kernel keeps the backlog meanwhile.
     log_ratelimited(log_level::warn, "accept failed: %s; pausing accepts for 100 ms", std::strerror(-fd));

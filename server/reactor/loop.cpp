@@ -1,5 +1,7 @@
 #include "server/reactor/loop.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -46,6 +48,7 @@ bool loop::start(bool uring, int listen_fd, std::string& why, bool& fell_back) n
     }
   }
   _listening = listen_fd >= 0;
+  _listen_fd = listen_fd;
   return !_listening || _io->add_listener(listen_fd, 0);
 }
 
@@ -177,7 +180,15 @@ void loop::count_lag() noexcept {
 
 void loop::begin_drain() noexcept {
   _draining = true;
-  if (_listening) _io->pause_accept(0);
+  if (_listening) {
+    _io->pause_accept(0);
+    // Stop listening, not only accepting: the socket leaves its SO_REUSEPORT group, so the
+    // kernel hands new connections to the processes still serving (a rolling restart) instead
+    // of queueing them here for the whole drain, and what already waits in the backlog is
+    // reset, so those clients retry elsewhere at once. The descriptor stays open (main closes
+    // it). Shared by every shard without --reuseport: they all drain together.
+    ::shutdown(_listen_fd, SHUT_RD);
+  }
   _accept_paused = true;
   _drain.start = _wheel.now();
   _drain.ticks = ticks_for(_o.drain_seconds);

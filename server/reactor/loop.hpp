@@ -182,6 +182,7 @@ class loop final : public loop_ops, private io_handler {
   std::uint64_t _defer_since_ns = 0;  // the flush has waited for inbox work since then
   std::uint32_t _accept_resume_tick = 0;
   bool _listening = false;  // a loop may run without a listener (tests, a bus connection's loop)
+  int _listen_fd = -1;
   bool _accept_paused = false;
   bool _yield = false;
   bool _inbox_more = false;      // an inbox drain stopped at its budget

@@ -352,7 +352,8 @@ async def unreachable_at_start(args) -> None:
 async def sharing_one_port(args, rs: RedisServer) -> None:
     """Two processes with --reuseport on one port, each its own node with its own admin port."""
     port = free_port()
-    nodes = [node(args, rs.url, extra=["--listen", f"127.0.0.1:{port}", "--reuseport"]) for _ in range(2)]
+    nodes = [node(args, rs.url, extra=["--listen", f"127.0.0.1:{port}", "--reuseport", "--drain-seconds", "60"])
+             for _ in range(2)]
     try:
         check(all(n.port == port for n in nodes), f"ports {[n.port for n in nodes]}")
         socks = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None)
@@ -363,7 +364,20 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
         eid = publish_ok(nodes[0], "port:shared", "all")
         got = await asyncio.gather(*[recv(ws) for ws in socks])
         check(all(e.get("id") == eid for e in got), "every connection, on either process, got the publish")
-        await asyncio.gather(*[ws.close() for ws in socks])
+        # A rolling restart: a node that drains must leave the port's group at once. Were its
+        # socket still listening, the kernel would keep handing it about half of the new
+        # connections, which would wait in its backlog, never accepted, for the whole drain.
+        nodes[0].proc.send_signal(signal.SIGTERM)
+        wait_ready(nodes[0], False)
+        before = metric(nodes[1], "wspush_connections_accepted_total")
+        fresh = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None,
+                                                          open_timeout=scaled(3)) for _ in range(100)])
+        await asyncio.gather(*[sub(ws, ["port:shared"]) for ws in fresh])
+        check(metric(nodes[1], "wspush_connections_accepted_total") - before == 100,
+              "every connection opened during the drain went to the node still serving")
+        check(nodes[0].proc.poll() is None, "the draining node is still draining (its 60 s window)")
+        await asyncio.gather(*[ws.close() for ws in fresh])
+        await asyncio.gather(*[ws.close() for ws in socks], return_exceptions=True)
     finally:
         for n in nodes:
             n.kill()
