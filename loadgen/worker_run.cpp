@@ -171,7 +171,9 @@ void worker::on_message(std::uint32_t i, std::string_view msg) noexcept {
       return become_ready(i);
     case server_msg::error:
       ++_c[ctr::sub_errors];
-      if (c.state == conn_state::subscribing) drop(i, false, 0);
+      // Refused while subscribing: a reconnecting scenario tries again later, as a real client
+      // does after `unavailable` (a node whose bus is busy or down); otherwise it stays closed.
+      if (c.state == conn_state::subscribing) drop(i, reconnects() && _go, 200'000'000 + _rng.next() % 800'000'000);
       return;
     case server_msg::other: ++_c[ctr::foreign]; return;
   }

@@ -297,8 +297,10 @@ class Cluster:
         for p in old:
             p.send_signal(signal.SIGTERM)
         self.gen += 1
+        t0 = time.monotonic()
         self.procs = [self.spawn_node(k) for k in range(len(old))]
         self.wait_ready([self.admin(k) for k in range(len(self.procs))])
+        log(f"  {len(self.procs)} fresh nodes ready in {time.monotonic() - t0:.1f} s")
         for k, p in enumerate(old):
             try:
                 p.wait(timeout=self.drain_seconds + 30)
@@ -575,7 +577,7 @@ class Experiment:
         log(f"  every node drains (SIGTERM) and a fresh one takes its place; {self.lg.sent} published so far")
         t0 = time.monotonic()
         self.cluster.restart_all()
-        log(f"  all {nodes} nodes replaced in {time.monotonic() - t0:.1f} s")
+        log(f"  the old nodes finished draining {time.monotonic() - t0:.1f} s after SIGTERM")
         r = self.lg.result(self.connect_budget(n) + self.a.timeout + seconds + 120)
         self.lg = None
         self.end()
@@ -583,7 +585,8 @@ class Experiment:
              "left": r["storm_left"], "reconnects": r["counters"]["reconnects"], "events": r["counters"]["sent"],
              "expected": r["counters"]["expected"], "delivered": r["counters"]["unique"], "loss": r["loss"],
              "duplicates": r["counters"]["duplicates"], "lost_reported": r["counters"]["lost_reported"],
-             "close_1001": r["counters"]["close_1001"], "ok": r["ok"], "problems": r["problems"]}
+             "close_1001": r["counters"]["close_1001"], "ok": r["ok"], "problems": r["problems"],
+             "counters": {k: v for k, v in r["counters"].items() if v}, "connect_errors": r["connect_errors"]}
         self.results["storm"] = s
         log(f"storm: {s['reconnects']:,} reconnects, all back in {s['back_s']:.1f} s ({s['left']} left), "
             f"{s['delivered']:,}/{s['expected']:,} delivered, loss {s['loss']}, duplicates {s['duplicates']}")
