@@ -568,7 +568,8 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
   const bool error = r == nullptr || r->type == REDIS_REPLY_ERROR;
   switch (o->kind) {
     case op::setup:
-      if (error) log(log_level::error, "bus: Redis refused the set-up: %.*s", int(str(r).size()), str(r).data());
+      // No reply at all: the link went away meanwhile, and that path says so.
+      if (error && r != nullptr) log(log_level::error, "bus: Redis refused the set-up: %.*s", int(str(r).size()), str(r).data());
       return;
     case op::epoch:
       if (error) return;
