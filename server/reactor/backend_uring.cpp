@@ -274,7 +274,14 @@ void uring_backend::close(int fd, conn_token t) noexcept {
     io_uring_prep_cancel64(sqe, pack(tag, t), 0);
     io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
   }
-  ::close(fd);
+  // The descriptor is closed by the ring, behind what is queued for it. A send prepared in
+  // this turn and not yet submitted names the socket by its number: closed here at once, the
+  // number could go to a socket another thread opens meanwhile (the admin listener's next
+  // connection), and the send would write into that one. Requests are issued in order, so the
+  // send takes its reference to this socket before the close.
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_close(sqe, fd);
+  io_uring_sqe_set_data64(sqe, pack(tag_ignore, 0));
 }
 
 void uring_backend::recycle(unsigned bid) noexcept {

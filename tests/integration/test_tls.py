@@ -28,6 +28,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import http.client
 
@@ -323,6 +324,39 @@ async def drain_with_tls_open(server: ServerProcess, cert: str) -> None:
     check(rc == 0, f"exit status {rc} after SIGTERM")
 
 
+def vanished_peers_bytes_stay_theirs(server: ServerProcess, cert: str) -> None:
+    """Peers that vanish right after the handshake while other connections open. The server's
+    last records for a vanished peer (its session tickets) were queued when its socket was
+    closed; they must go nowhere else. They once went to whichever connection got the closed
+    descriptor's number next: here, an admin request would read TLS bytes as its answer."""
+    stop = threading.Event()
+    bad: list[str] = []
+
+    def admin_requests() -> None:
+        while not stop.is_set():
+            try:
+                status, _ = http_request(admin_port(server), "GET", "/healthz")
+                if status != 200:
+                    bad.append(f"status {status}")
+            except Exception as e:  # a foreign byte stream is not an HTTP answer
+                bad.append(repr(e)[:200])
+
+    threads = [threading.Thread(target=admin_requests) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(150):
+            c = MemoryClient(server.port, cert, scaled(10))
+            rec = c.records(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            c.sock.sendall(rec[: len(rec) // 2])
+            c.close()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    check(not bad, f"admin answers that were not HTTP: {bad[:3]}")
+
+
 def main(args) -> None:
     quiet = not args.verbose
     with tempfile.TemporaryDirectory() as tmp:
@@ -341,6 +375,7 @@ def main(args) -> None:
             f.step("a handshake never finished, and trickled ones", never_finished, server, cert)
             f.step("renegotiation", renegotiation, server, cert)
             f.step("a peer vanishing mid-record", vanish_mid_record, server, cert)
+            f.step("a vanished peer's last records go nowhere else", vanished_peers_bytes_stay_theirs, server, cert)
             f.step("a record that does not decrypt", bad_record, server, cert)
             f.step("SIGHUP reload", lambda: asyncio.run(reload_on_sighup(server, cert, key, tmp)))
             now_cert = os.path.join(tmp, "next.crt")  # what the server presents after the reload
