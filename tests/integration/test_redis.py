@@ -349,6 +349,17 @@ async def unreachable_at_start(args) -> None:
         rs.close()
 
 
+def listeners(port: int) -> int:
+    """Sockets listening on 127.0.0.1:port (one per reactor thread of each --reuseport node)."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                n += 1
+    return n
+
+
 async def sharing_one_port(args, rs: RedisServer) -> None:
     """Two processes with --reuseport on one port, each its own node with its own admin port."""
     port = free_port()
@@ -367,8 +378,15 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
         # A rolling restart: a node that drains must leave the port's group at once. Were its
         # socket still listening, the kernel would keep handing it about half of the new
         # connections, which would wait in its backlog, never accepted, for the whole drain.
+        listening = listeners(port)
         nodes[0].proc.send_signal(signal.SIGTERM)
         wait_ready(nodes[0], False)
+        # /readyz says 503 from the signal on; the shards leave the group a moment later.
+        deadline = time.monotonic() + scaled(10)
+        while listeners(port) != listening // 2:
+            check(time.monotonic() < deadline, f"{listeners(port)} sockets still listen on the port, "
+                                               f"{listening // 2} expected once one node drains")
+            time.sleep(0.02)
         before = metric(nodes[1], "wspush_connections_accepted_total")
         fresh = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None,
                                                           open_timeout=scaled(3)) for _ in range(100)])
