@@ -502,7 +502,12 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
       if (k > part.last) r->frames.push_back(std::move(f));
   }
   if (p.kind == pending::catchup) return;
-  r->kind = pubsub::bus_reply::subbed;
+  answer_sub(p, std::move(r), pubsub::bus_reply::subbed);
+}
+
+/// Sends a sub's answer (`r` holds the replay, if any) to the shard that asked.
+void redis_bus::answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept {
+  r->kind = kind;
   r->conn = p.s->conn;
   r->request = p.s->request;
   r->topics = std::move(p.s->topics);
@@ -510,6 +515,18 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
   pubsub::event e;
   e.reply = std::move(r);
   offer(p.s->shard, std::move(e));
+}
+
+/// A client's pub that Redis refused, or that the outage took: the client hears unavailable.
+void redis_bus::pub_failed(std::uint32_t shard, conn_id conn, std::string topic) noexcept {
+  auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+  if (!r) return;
+  r->kind = pubsub::bus_reply::pub_failed;
+  r->conn = conn;
+  r->pub_topic = std::move(topic);
+  pubsub::event e;
+  e.reply = std::move(r);
+  offer(shard, std::move(e));
 }
 
 /// The sub cannot be answered (the bus went down): the shard hears sub_failed.
@@ -524,15 +541,7 @@ void redis_bus::fail_pending(pending& p) noexcept {
   }
   if (p.kind != pending::sub || !p.s) return;
   auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
-  if (!r) return;
-  r->kind = pubsub::bus_reply::sub_failed;
-  r->conn = p.s->conn;
-  r->request = p.s->request;
-  r->topics = std::move(p.s->topics);
-  r->new_hold = std::move(p.s->new_hold);
-  pubsub::event e;
-  e.reply = std::move(r);
-  offer(p.s->shard, std::move(e));
+  if (r) answer_sub(p, std::move(r), pubsub::bus_reply::sub_failed);
 }
 
 // ---- publishes ------------------------------------------------------------------------------
@@ -548,16 +557,7 @@ void redis_bus::handle_publish(request& r) noexcept {
   }
   // Down (or no memory): the publisher hears it.
   if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
-  if (r.kind == request::client_pub) {
-    auto rep = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
-    if (!rep) return;
-    rep->kind = pubsub::bus_reply::pub_failed;
-    rep->conn = r.conn;
-    rep->pub_topic = r.topic;
-    pubsub::event e;
-    e.reply = std::move(rep);
-    offer(r.shard, std::move(e));
-  }
+  if (r.kind == request::client_pub) pub_failed(r.shard, r.conn, r.topic);
 }
 
 // ---- replies --------------------------------------------------------------------------------
@@ -614,15 +614,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;
   }
-  // A client's pub that Redis refused, or that the outage took: the client hears unavailable.
-  auto rep = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
-  if (!rep) return;
-  rep->kind = pubsub::bus_reply::pub_failed;
-  rep->conn = o->conn;
-  rep->pub_topic = std::move(o->topic);
-  pubsub::event e;
-  e.reply = std::move(rep);
-  offer(o->shard, std::move(e));
+  pub_failed(o->shard, o->conn, std::move(o->topic));
 }
 
 /// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.

@@ -154,6 +154,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void maybe_finish(std::uint64_t pid) noexcept;
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
+  void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
+  void pub_failed(std::uint32_t shard, conn_id conn, std::string topic) noexcept;
   void live(std::string_view topic, std::string_view payload) noexcept;
   void marker(std::string_view payload) noexcept;
   void send_batches() noexcept;
