@@ -73,7 +73,7 @@ bool publisher::connect(std::uint64_t deadline) noexcept {
     }
     if (err == 0) {
       _fd = fd;
-      _reader.reset();
+      _reader.reset(_spills);
       _responses.reset();
       if (admin || upgrade(deadline)) break;
       _fd = -1;
@@ -296,7 +296,7 @@ void publisher::on_readable() noexcept {
   }
   pub_sink s{_c, _o.proto == protocol::pubsub, false, {}};
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(buf);
-  if (!_reader.consume(std::span<const std::uint8_t>(bytes, static_cast<std::size_t>(n)), s) || s.closed) {
+  if (!_reader.consume(std::span<const std::uint8_t>(bytes, static_cast<std::size_t>(n)), s, _spills) || s.closed) {
     return lose_connection();
   }
   if (!s.pong.empty()) {   // rare (the publisher is never silent for long): queue it like data

@@ -73,6 +73,7 @@ private:
   std::unique_ptr<histogram> _empty = std::make_unique<histogram>();
   counters _c{};
   frame_reader _reader;
+  spill_pool _spills;
   response_reader _responses;
   rate_limiter _limit{0, 0};
   xorshift _rng{};

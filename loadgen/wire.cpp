@@ -125,21 +125,36 @@ std::size_t write_payload(std::span<char> out, std::size_t size, std::uint64_t s
   return static_cast<std::size_t>(p - out.data());
 }
 
-delivery read_delivery(std::string_view msg) noexcept {
+delivery detail::search_delivery(std::string_view msg) noexcept {
   delivery d;
   const std::size_t at = msg.find(R"({"s":)");
-  if (at == std::string_view::npos) return d;
-  std::size_t pos = at + 5;
-  if (!read_u64(msg, pos, d.seq)) return d;
-  if (msg.substr(pos, 5) != R"(,"t":)") return d;
-  pos += 5;
-  if (!read_u64(msg, pos, d.send_ns)) return d;
-  if (at > 0) {   // inside an event: the envelope precedes data
+  if (at == std::string_view::npos || parse_delivery(msg.substr(at), d) == nullptr) return {};
+  if (at > 0) {
     const std::string_view envelope = msg.substr(0, at);
     d.topic = string_field(envelope, R"("topic":")");
     d.id = string_field(envelope, R"("id":")");
   }
   d.ok = true;
+  return d;
+}
+
+delivery delivery_memo::parse(std::string_view msg) noexcept {
+  delivery d;
+  const char* const after = detail::parse_delivery(msg, d);
+  if (after == nullptr) return detail::search_delivery(msg);
+  d.ok = true;
+  const std::size_t len = static_cast<std::size_t>(after - msg.data()) + 1;   // the byte ending the time too
+  entry& e = _entries[d.seq % size];
+  if (len > e.head.size() || d.topic != _topic) return d;
+  std::memcpy(e.head.data(), msg.data(), len);
+  e.len = static_cast<std::uint8_t>(len);
+  e.seq = d.seq;
+  e.send_ns = d.send_ns;
+  auto at = [&](std::string_view v) { return static_cast<std::uint8_t>(v.empty() ? 0 : v.data() - msg.data()); };
+  e.topic_at = at(d.topic);
+  e.topic_len = static_cast<std::uint8_t>(d.topic.size());
+  e.id_at = at(d.id);
+  e.id_len = static_cast<std::uint8_t>(d.id.size());
   return d;
 }
 
@@ -182,57 +197,48 @@ bool subbed_reports_lost(std::string_view msg) noexcept {
 
 // ---------------------------------------------------------------------------------------------
 
-void frame_reader::keep(std::span<const std::uint8_t> bytes) noexcept {
-  std::uint8_t& len = _control ? _ctrl_len : _data_len;
-  std::uint8_t* dst = _control ? _ctrl.data() : _data.data();
-  const std::size_t cap = _control ? control_bytes : keep_bytes;
-  const std::size_t n = std::min(cap - len, bytes.size());
-  std::memcpy(dst + len, bytes.data(), n);
-  len = static_cast<std::uint8_t>(len + n);
-}
-
-bool frame_reader::take_header(std::span<const std::uint8_t>& in) noexcept {
+const std::uint8_t* frame_reader::take_header(const std::uint8_t* p, const std::uint8_t* end, spill& s) noexcept {
+  const auto avail = static_cast<std::size_t>(end - p);
   proto::header_result r{};
   std::size_t used = 0;
-  if (_hdr_len == 0) {
-    r = proto::parse_frame_header(in);
+  if (s.hdr_len == 0) {
+    r = proto::parse_frame_header({p, avail});
     used = r.status == proto::parse_status::done ? r.header.size : 0;
   } else {
-    const std::size_t add = std::min(_hdr.size() - _hdr_len, in.size());
-    std::memcpy(_hdr.data() + _hdr_len, in.data(), add);
-    r = proto::parse_frame_header(std::span<const std::uint8_t>(_hdr.data(), _hdr_len + add));
-    used = r.status == proto::parse_status::done ? r.header.size - _hdr_len : add;
-    if (r.status == proto::parse_status::need_more) _hdr_len = static_cast<std::uint8_t>(_hdr_len + add);
+    const std::size_t add = std::min(s.hdr.size() - s.hdr_len, avail);
+    std::memcpy(s.hdr.data() + s.hdr_len, p, add);
+    r = proto::parse_frame_header(std::span<const std::uint8_t>(s.hdr.data(), s.hdr_len + add));
+    used = r.status == proto::parse_status::done ? r.header.size - s.hdr_len : add;
+    if (r.status == proto::parse_status::need_more) s.hdr_len = static_cast<std::uint8_t>(s.hdr_len + add);
   }
-  if (r.status == proto::parse_status::error) return false;
+  if (r.status == proto::parse_status::error) return nullptr;
   if (r.status == proto::parse_status::need_more) {
-    if (_hdr_len == 0) {   // the first attempt parsed straight from the input: stash it
-      std::memcpy(_hdr.data(), in.data(), in.size());
-      _hdr_len = static_cast<std::uint8_t>(in.size());
+    if (s.hdr_len == 0) {   // the first attempt parsed straight from the input: stash it
+      std::memcpy(s.hdr.data(), p, avail);
+      s.hdr_len = static_cast<std::uint8_t>(avail);
     }
-    in = {};
-    return true;
+    return end;
   }
-  in = in.subspan(used);
-  _hdr_len = 0;
+  p += used;
+  s.hdr_len = 0;
   const auto& fh = r.header;
-  if (fh.masked || fh.rsv != 0 || !proto::is_known_opcode(fh.raw_opcode)) return false;
+  if (fh.masked || fh.rsv != 0 || !proto::is_known_opcode(fh.raw_opcode)) return nullptr;
   _op = fh.raw_opcode;
   _fin = fh.fin;
-  _control = proto::is_control(_op);
-  if (_control && (!_fin || fh.payload_len > control_bytes)) return false;
-  if (!_control) {
+  const bool control = proto::is_control(_op);
+  if (control && (!_fin || fh.payload_len > control_bytes)) return nullptr;
+  if (!control) {
     const bool continuation = _op == 0;
-    if (continuation != (_msg_op != 0)) return false;
+    if (continuation != (_msg_op != 0)) return nullptr;
     if (!continuation) {
       _msg_op = _op;
-      _data_len = 0;
+      s.data_len = 0;
     }
   }
-  _ctrl_len = 0;
+  s.ctrl_len = 0;
   _remaining = fh.payload_len;
-  _in_header = false;
-  return true;
+  _in_payload = true;
+  return p;
 }
 
 }  // namespace wspush::loadgen

@@ -1,10 +1,15 @@
 #pragma once
 /// \file wire.hpp
 /// The load generator's wire pieces that never touch a socket: upgrade request and response
-/// check, the latency payload, the pub/sub messages it sends and reads, a streaming reader for
-/// server frames that keeps only a few bytes per connection, and per-topic sequence accounting.
+/// check, the latency payload, the pub/sub messages it sends and reads (and a memo that reads
+/// each message once per worker), a streaming reader for server frames that keeps nothing for a
+/// connection between reads unless a frame was cut, and per-topic sequence accounting.
 
 #include "proto/ws_frame.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -13,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace wspush::loadgen {
 
@@ -65,15 +71,149 @@ std::size_t write_payload(std::span<char> out, std::size_t size, std::uint64_t s
 /// plain broadcast message), valid while the message bytes are.
 struct delivery {
   bool ok = false;
+  bool memo_topic = false;   ///< from delivery_memo: `topic` is the one the memo serves
   std::uint64_t seq = 0;
   std::uint64_t send_ns = 0;
   std::string_view topic;
   std::string_view id;
 };
 
+namespace detail {
+
+/// `lit` at p: the byte after it, or nullptr.
+inline const char* take(const char* p, const char* end, std::string_view lit) noexcept {
+  if (static_cast<std::size_t>(end - p) < lit.size() || std::memcmp(p, lit.data(), lit.size()) != 0) return nullptr;
+  return p + lit.size();
+}
+
+/// Decimal digits at p (at most 19, so no overflow) ended by a non-digit (a number cut by the
+/// end of a kept prefix is not read): the byte after them, or nullptr.
+inline const char* take_u64(const char* p, const char* end, std::uint64_t& out) noexcept {
+  const char* const first = p;
+  const char* const stop = end - p > 19 ? p + 19 : end;
+  std::uint64_t v = 0;
+  while (p != stop && static_cast<unsigned char>(*p - '0') < 10) v = v * 10 + static_cast<unsigned char>(*p++ - '0');
+  if (p == first || p == end || static_cast<unsigned char>(*p - '0') < 10) return nullptr;
+  out = v;
+  return p;
+}
+
+/// A JSON string's bytes up to its closing quote (topics and ids need no escapes): the byte
+/// after the quote, or nullptr.
+inline const char* take_string(const char* p, const char* end, std::string_view& out) noexcept {
+  const char* const first = p;
+  while (p != end && *p != '"' && *p != '\\') ++p;
+  if (p == end || *p != '"') return nullptr;
+  out = std::string_view(first, static_cast<std::size_t>(p - first));
+  return p + 1;
+}
+
+/// Our payload at the start of a plain message, or in an event at the places
+/// proto::encode_event puts the fields: the byte after the send time, or nullptr.
+inline const char* parse_delivery(std::string_view msg, delivery& d) noexcept {
+  const char* p = msg.data();
+  const char* const end = p + msg.size();
+  if (!msg.starts_with(R"({"s":)")) {   // not a plain payload (broadcast): an event?
+    if ((p = take(p, end, R"({"topic":")")) == nullptr || (p = take_string(p, end, d.topic)) == nullptr ||
+        (p = take(p, end, R"(,"id":")")) == nullptr || (p = take_string(p, end, d.id)) == nullptr ||
+        (p = take(p, end, R"(,"data":)")) == nullptr) {
+      return nullptr;
+    }
+  }
+  if ((p = take(p, end, R"({"s":)")) == nullptr || (p = take_u64(p, end, d.seq)) == nullptr) return nullptr;
+  if ((p = take(p, end, R"(,"t":)")) == nullptr) return nullptr;
+  return take_u64(p, end, d.send_ns);
+}
+
+/// Any other shape: searches for the payload, and for the envelope's fields before it.
+delivery search_delivery(std::string_view msg) noexcept;
+
+inline std::uint64_t load8(const char* p) noexcept {
+  std::uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
+}  // namespace detail
+
+/// Whether the n bytes at a and b are the same: inline, for the short spans the receive path
+/// compares per message (a call to the library's memcmp costs more than the compare).
+inline bool same_bytes(const char* a, const char* b, std::size_t n) noexcept {
+  if (n >= 16) {
+#if defined(__SSE2__)
+    auto same16 = [](const char* x, const char* y) {
+      const __m128i vx = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+      const __m128i vy = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y));
+      return _mm_movemask_epi8(_mm_cmpeq_epi8(vx, vy)) == 0xffff;
+    };
+#else
+    auto same16 = [](const char* x, const char* y) {
+      return ((detail::load8(x) ^ detail::load8(y)) | (detail::load8(x + 8) ^ detail::load8(y + 8))) == 0;
+    };
+#endif
+    for (std::size_t i = 0; i + 16 < n; i += 16) {
+      if (!same16(a + i, b + i)) return false;
+    }
+    return same16(a + n - 16, b + n - 16);   // the last 16, maybe overlapping
+  }
+  if (n >= 8) return ((detail::load8(a) ^ detail::load8(b)) | (detail::load8(a + n - 8) ^ detail::load8(b + n - 8))) == 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 /// Finds our payload in a plain message or in a pub/sub event
-/// `{"topic":"T","id":"ID","data":{"s":..,"t":..,...}}`. Cheap: fixed format, no JSON parser.
-delivery read_delivery(std::string_view msg) noexcept;
+/// `{"topic":"T","id":"ID","data":{"s":..,"t":..,...}}`: both shapes are read front to back at
+/// the places their writers put the fields (write_payload, proto::encode_event), with no
+/// search, no JSON parser and no allocation; anything else is searched for our payload.
+inline delivery read_delivery(std::string_view msg) noexcept {
+  delivery d;
+  if (detail::parse_delivery(msg, d) == nullptr) return detail::search_delivery(msg);
+  d.ok = true;
+  return d;
+}
+
+/// What the first bytes of recent messages said, remembered with those bytes: the receive
+/// path's parse. A message reaches every subscriber byte for byte the same, so once one
+/// connection has read message k, the others compare its head (through the byte after the send
+/// time) with what that one saw, looked up by the number they expect next, instead of reading
+/// it field by field. A hit needs the same bytes, so it says what read_delivery would.
+///
+/// Only messages of `topic` (the one every connection reading through the memo subscribed to;
+/// empty for plain payloads, or when the connections' topics differ) are remembered, so a hit
+/// also says the topic is that one (`memo_topic`): the caller need not compare it again.
+class delivery_memo {
+public:
+  explicit delivery_memo(std::string topic = {}) : _topic(std::move(topic)) {}
+
+  // Inline into the frame loop: it runs once per delivery.
+  [[gnu::always_inline]] delivery read(std::string_view msg, std::uint64_t expect) noexcept {
+    const entry& e = _entries[expect % size];
+    if (e.len != 0 && msg.size() >= e.len && same_bytes(msg.data(), e.head.data(), e.len)) {
+      return delivery{true, true, e.seq, e.send_ns, std::string_view(msg.data() + e.topic_at, e.topic_len),
+                      std::string_view(msg.data() + e.id_at, e.id_len)};
+    }
+    return parse(msg);
+  }
+
+private:
+  static constexpr std::size_t size = 256;   ///< message numbers remembered at once
+  struct alignas(64) entry {   // two cache lines
+    std::uint64_t seq = 0;
+    std::uint64_t send_ns = 0;
+    std::uint8_t len = 0;   ///< 0: empty
+    std::uint8_t topic_at = 0, topic_len = 0, id_at = 0, id_len = 0;
+    std::array<char, 107> head{};   ///< longer heads are not remembered
+  };
+  static_assert(sizeof(entry) == 128);
+
+  /// A miss: reads the message, and remembers what it said.
+  delivery parse(std::string_view msg) noexcept;
+
+  std::array<entry, size> _entries{};
+  std::string _topic;
+};
 
 /// `{"op":"sub","topics":["T"]}`, with `,"since":{"T":"ID"}` when `since` is not empty.
 std::string make_sub(std::string_view topic, std::string_view since);
@@ -90,74 +230,171 @@ bool subbed_reports_lost(std::string_view msg) noexcept;
 
 // ---------------------------------------------------------------------------------------------
 // Streaming reader for server frames (unmasked): several frames per read, a frame split over
-// any number of reads, at most a header and the first bytes of a message kept between reads.
+// any number of reads. A frame that lies whole in the read is handed over where it lies, with no
+// copy; only a frame cut by the end of a read leases a spill from the worker's pool (its header
+// bytes, the first bytes of the message, a control payload) until it is complete. An idle
+// connection holds 16 bytes of reader state and no buffer.
 
 template <class Handler>
 concept frame_handler = requires(Handler h, std::span<const std::uint8_t> s, std::uint8_t op) {
-  h.on_message(s, op);  // a complete data message: its first bytes (up to keep_bytes)
+  h.on_message(s, op);  // a complete data message: all of it, or its first keep_bytes when it was cut
   h.on_ping(s);
   h.on_close(s);
 };
 
+/// What a connection keeps of a frame cut by the end of a read.
+struct spill {
+  static constexpr std::size_t keep_bytes = 192;      ///< prefix of a cut data message kept
+  static constexpr std::size_t control_bytes = 125;   ///< control payload limit (RFC 6455)
+  std::array<std::uint8_t, keep_bytes> data;
+  std::array<std::uint8_t, control_bytes> ctrl;
+  std::array<std::uint8_t, proto::max_frame_header_size> hdr;
+  std::uint8_t data_len;
+  std::uint8_t ctrl_len;
+  std::uint8_t hdr_len;
+};
+
+/// A worker's spills: a slab with a free list. It grows to the most cuts pending at once (at most
+/// one per connection) and allocates nothing after that.
+class spill_pool {
+public:
+  static constexpr std::uint32_t none = ~std::uint32_t{0};
+
+  std::uint32_t lease() noexcept {
+    std::uint32_t i;
+    if (_free.empty()) {
+      i = static_cast<std::uint32_t>(_slots.size());
+      _slots.emplace_back();
+      _free.reserve(_slots.size());   // so release() never allocates
+    } else {
+      i = _free.back();
+      _free.pop_back();
+    }
+    spill& s = _slots[i];
+    s.data_len = s.ctrl_len = s.hdr_len = 0;
+    return i;
+  }
+  void release(std::uint32_t i) noexcept { _free.push_back(i); }
+  /// Valid until the next lease() (the slab may move).
+  spill& operator[](std::uint32_t i) noexcept { return _slots[i]; }
+  [[nodiscard]] std::size_t leased() const noexcept { return _slots.size() - _free.size(); }
+
+private:
+  std::vector<spill> _slots;
+  std::vector<std::uint32_t> _free;
+};
+
 class frame_reader {
 public:
-  static constexpr std::size_t keep_bytes = 192;      ///< prefix of a data message kept
-  static constexpr std::size_t control_bytes = 125;   ///< control payload limit (RFC 6455)
+  static constexpr std::size_t keep_bytes = spill::keep_bytes;
+  static constexpr std::size_t control_bytes = spill::control_bytes;
 
   /// Feeds bytes; returns false on a protocol violation (the caller drops the connection).
   template <frame_handler Handler>
-  bool consume(std::span<const std::uint8_t> in, Handler& h) noexcept {
-    while (!in.empty()) {
-      if (_in_header) {
-        if (!take_header(in)) return false;
-        if (_in_header) return true;
-        if (_remaining == 0 && !finish_frame(h)) return false;
-        continue;
+  bool consume(std::span<const std::uint8_t> in, Handler& h, spill_pool& pool) noexcept {
+    const std::uint8_t* p = in.data();
+    const std::uint8_t* const end = p + in.size();
+    while (p != end) {
+      if (_spill == spill_pool::none && !_in_payload) {
+        p = whole_frames(p, end, h);
+        if (p == end) break;
       }
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(_remaining, in.size()));
-      keep(in.first(n));
-      in = in.subspan(n);
-      _remaining -= n;
-      if (_remaining == 0 && !finish_frame(h)) return false;
+      p = cut_frame(p, end, h, pool);   // what whole_frames left: a cut frame, a rare one, an error
+      if (p == nullptr) return false;
     }
     return true;
   }
 
-  /// Forget everything (a reconnect starts a new stream).
-  void reset() noexcept { *this = frame_reader{}; }
+  /// Forget everything (a reconnect starts a new stream); gives back a leased spill.
+  void reset(spill_pool& pool) noexcept {
+    if (_spill != spill_pool::none) pool.release(_spill);
+    *this = frame_reader{};
+  }
 
 private:
-  bool take_header(std::span<const std::uint8_t>& in) noexcept;
-  void keep(std::span<const std::uint8_t> bytes) noexcept;
+  /// Hands over the whole, final, unfragmented frames at p where they lie; returns where the
+  /// first other one starts (cut by the end, fragmented, 64-bit length, or malformed).
   template <frame_handler Handler>
-  bool finish_frame(Handler& h) noexcept;
+  const std::uint8_t* whole_frames(const std::uint8_t* p, const std::uint8_t* end, Handler& h) noexcept {
+    while (end - p >= 2) {
+      const std::uint8_t b0 = p[0];
+      const std::uint8_t b1 = p[1];
+      if ((b0 & 0xf0) != 0x80 || b1 >= 127) break;   // not fin, RSV set, masked, or 64-bit length
+      std::size_t head = 2;
+      std::size_t len = b1;
+      if (b1 == 126) {
+        if (end - p < 4) break;
+        len = std::size_t{p[2]} << 8 | p[3];
+        head = 4;
+      }
+      if (static_cast<std::size_t>(end - p) - head < len) break;
+      const std::span<const std::uint8_t> payload(p + head, len);
+      const std::uint8_t op = b0 & 0x0f;
+      if (op == 1 || op == 2) h.on_message(payload, op);
+      else if (op == 9 && len <= control_bytes) h.on_ping(payload);
+      else if (op == 8 && len <= control_bytes) h.on_close(payload);
+      else if (op != 10 || len > control_bytes) break;   // continuation, reserved, long control
+      p += head + len;
+    }
+    return p;
+  }
 
-  std::uint64_t _remaining = 0;
-  std::array<std::uint8_t, proto::max_frame_header_size> _hdr{};
-  std::array<std::uint8_t, keep_bytes> _data{};
-  std::array<std::uint8_t, control_bytes> _ctrl{};
-  std::uint8_t _hdr_len = 0;
-  std::uint8_t _data_len = 0;
-  std::uint8_t _ctrl_len = 0;
-  std::uint8_t _op = 0;
+  const std::uint8_t* take_header(const std::uint8_t* p, const std::uint8_t* end, spill& s) noexcept;
+  template <frame_handler Handler>
+  const std::uint8_t* cut_frame(const std::uint8_t* p, const std::uint8_t* end, Handler& h, spill_pool& pool) noexcept;
+  template <frame_handler Handler>
+  bool finish_frame(Handler& h, spill& s) noexcept;
+
+  std::uint64_t _remaining = 0;            ///< payload bytes of the frame in progress still to come
+  std::uint32_t _spill = spill_pool::none;  ///< leased while a frame or message is cut
+  std::uint8_t _op = 0;       ///< opcode of the frame in progress
   std::uint8_t _msg_op = 0;   ///< opcode of the data message in progress (0: none)
   bool _fin = false;
-  bool _control = false;
-  bool _in_header = true;
+  bool _in_payload = false;
 };
 
+static_assert(sizeof(frame_reader) == 16, "an idle connection's reader stays small");
+
+/// The slow path, one step: gathers a header into the spill, or keeps payload bytes there;
+/// returns where it stopped, nullptr on a protocol violation.
 template <frame_handler Handler>
-bool frame_reader::finish_frame(Handler& h) noexcept {
-  _in_header = true;
-  if (_control) {
-    const std::span<const std::uint8_t> payload(_ctrl.data(), _ctrl_len);
+const std::uint8_t* frame_reader::cut_frame(const std::uint8_t* p, const std::uint8_t* end, Handler& h,
+                                            spill_pool& pool) noexcept {
+  if (_spill == spill_pool::none) _spill = pool.lease();
+  spill& s = pool[_spill];
+  if (!_in_payload) {
+    p = take_header(p, end, s);
+    if (p == nullptr || !_in_payload) return p;
+  } else {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(_remaining, static_cast<std::size_t>(end - p)));
+    const bool control = proto::is_control(_op);
+    std::uint8_t& len = control ? s.ctrl_len : s.data_len;
+    const std::size_t room = (control ? control_bytes : keep_bytes) - len;
+    std::memcpy((control ? s.ctrl.data() : s.data.data()) + len, p, std::min(room, n));
+    len = static_cast<std::uint8_t>(len + std::min(room, n));
+    p += n;
+    _remaining -= n;
+  }
+  if (_remaining == 0 && !finish_frame(h, s)) return nullptr;
+  if (!_in_payload && _msg_op == 0 && s.hdr_len == 0) {   // nothing cut any more: back to the fast path
+    pool.release(_spill);
+    _spill = spill_pool::none;
+  }
+  return p;
+}
+
+template <frame_handler Handler>
+bool frame_reader::finish_frame(Handler& h, spill& s) noexcept {
+  _in_payload = false;
+  if (proto::is_control(_op)) {
+    const std::span<const std::uint8_t> payload(s.ctrl.data(), s.ctrl_len);
     if (_op == static_cast<std::uint8_t>(proto::opcode::ping)) h.on_ping(payload);
     else if (_op == static_cast<std::uint8_t>(proto::opcode::close)) h.on_close(payload);
     else if (_op != static_cast<std::uint8_t>(proto::opcode::pong)) return false;
     return true;
   }
   if (_fin) {
-    h.on_message(std::span<const std::uint8_t>(_data.data(), _data_len), _msg_op);
+    h.on_message(std::span<const std::uint8_t>(s.data.data(), s.data_len), _msg_op);
     _msg_op = 0;
   }
   return true;

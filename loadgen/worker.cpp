@@ -19,6 +19,10 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
                                                             std::max<std::uint64_t>(1, std::uint64_t(o.connect_rate / o.procs / 20))),
       _index(index), _first(first), _ctrl(ctrl_fd), _report(report_fd) {
   _c[ctr::assigned] = count;
+  _want_each = o.messages_for(0);
+  const bool shared_topic = o.proto == protocol::pubsub && o.sc != scenario::mailboxes;
+  _memo = std::make_unique<delivery_memo>(shared_topic ? o.topic : std::string());
+  if (reconnects()) _last_ids.resize(count);
   _rng.state = (now_ns() ^ (std::uint64_t{index} << 40) ^ static_cast<std::uint64_t>(getpid())) | 1;
   for (std::uint32_t i = 0; i < count; ++i) {
     _conns[i].slow = o.is_slow(first + i);
@@ -56,7 +60,7 @@ void worker::open_one(std::uint32_t i, std::uint64_t now) noexcept {
   lg_conn& c = _conns[i];
   c.state = conn_state::connecting;
   c.started_ns = now;
-  c.reader.reset();   // here, not at the drop: a drop may happen inside the reader's consume()
+  c.reader.reset(_spills);   // here, not at the drop: a drop may happen inside the reader's consume()
   ++_in_progress;
   const in_addr* src = _o.sources.empty() ? nullptr : &_o.sources[(_first + i) % _o.sources.size()];
   const int fd = start_connect(_o.server, src);
@@ -150,7 +154,8 @@ void worker::finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept {
   ++_c[ctr::open];
   if (_o.proto == protocol::pubsub) {
     c.state = conn_state::subscribing;
-    const std::string_view since(c.last_id.data(), c.last_id_len);
+    const std::string_view since = _last_ids.empty() ? std::string_view{}
+                                                     : std::string_view(_last_ids[i].bytes.data(), _last_ids[i].len);
     if (!send_text(c, make_sub(_o.topic_of(_first + i), since))) return fail(i, ctr::err_reset);
   } else {
     become_ready(i);

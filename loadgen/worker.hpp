@@ -31,21 +31,29 @@ struct upgrade_state {
   std::string response;   ///< response bytes so far
 };
 
-/// One client connection (its index in the worker's slab is its handle).
+/// One client connection (its index in the worker's slab is its handle). Budget: one cache
+/// line; nothing in it grows with the traffic (cut frames lease a spill from the worker).
 struct lg_conn {
   frame_reader reader;
   seq_tracker seq;
   std::unique_ptr<upgrade_state> upgrade;
   std::uint64_t started_ns = 0;   ///< when this connect attempt began (connect-time histogram)
-  std::uint64_t received = 0;     ///< distinct payloads received
-  std::array<char, 40> last_id{};   ///< id of the newest event seen, for `since` on reconnect
-  std::uint8_t last_id_len = 0;
+  std::uint32_t received = 0;     ///< distinct payloads received
   int fd = -1;
   conn_state state = conn_state::waiting;
   bool checked = false;   ///< counts toward expected / loss
   bool slow = false;
   bool churner = false;
   bool storm_wait = false;   ///< dropped in the storm, not back yet
+};
+
+static_assert(sizeof(lg_conn) <= 64, "a connection's record fits a cache line");
+
+/// Id of the newest event a connection saw, for `since` when it reconnects (kept only in the
+/// scenarios that reconnect).
+struct last_event_id {
+  std::array<char, 40> bytes{};
+  std::uint8_t len = 0;
 };
 
 class worker {
@@ -78,8 +86,10 @@ private:
   void dispatch(std::uint64_t tag, std::uint32_t events) noexcept;
   void on_readable(std::uint32_t i) noexcept;
   void feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept;
-  void on_message(std::uint32_t i, std::string_view msg) noexcept;
-  void on_payload(std::uint32_t i, const delivery& d) noexcept;
+  void on_reply(std::uint32_t i, std::string_view msg) noexcept;
+  void on_payload(lg_conn& c, std::uint32_t i, const delivery& d) noexcept;
+  void keep_id(std::uint32_t i, std::string_view id) noexcept;
+  void on_complete() noexcept;
   void drop(std::uint32_t i, bool reconnect, std::uint64_t delay_ns) noexcept;
   // the run (worker_run.cpp)
   void start_go(std::uint64_t now) noexcept;
@@ -91,15 +101,22 @@ private:
   void send_sample(msg_kind kind) noexcept;
   void check_connect_phase(std::uint64_t now) noexcept;
   [[nodiscard]] bool reconnects() const noexcept;
+  /// Messages connection i should get: one topic's share in mailboxes, all of them otherwise.
+  [[nodiscard]] std::uint64_t wanted(std::uint32_t i) const noexcept {
+    return _o.sc == scenario::mailboxes ? _o.messages_for(_first + i) : _want_each;
+  }
 
   const options& _o;
   std::vector<lg_conn> _conns;
+  std::vector<last_event_id> _last_ids;   ///< per connection when the scenario reconnects, else empty
+  spill_pool _spills;                     ///< for frames cut by the end of a read
   std::deque<std::pair<std::uint64_t, std::uint32_t>> _to_open;   ///< (due ns, index), due roughly ascending
   std::vector<std::uint32_t> _churners;
   std::vector<std::uint8_t> _rbuf;
   std::unique_ptr<histogram> _interval = std::make_unique<histogram>();
   std::unique_ptr<histogram> _connect = std::make_unique<histogram>();
   std::unique_ptr<histogram> _empty = std::make_unique<histogram>();
+  std::unique_ptr<delivery_memo> _memo;   ///< serves the topic all connections share (none in mailboxes)
   counters _c{};
   seq_counters _seq{};       ///< checked connections
   seq_counters _scratch{};   ///< the others (duplicates there are not the server's fault to count)
@@ -113,6 +130,7 @@ private:
   std::uint64_t _storm_due_ns = 0;   ///< client storm: when to drop everything (0: not pending)
   std::uint64_t _recv_ns = 0;        ///< timestamp of the read being parsed
   std::uint64_t _pending_checked = 0;   ///< checked connections still missing messages
+  std::uint64_t _want_each = 0;         ///< messages each connection gets (all but mailboxes)
   std::uint32_t _index;
   std::uint32_t _first;
   std::uint32_t _in_progress = 0;   ///< connecting or upgrading

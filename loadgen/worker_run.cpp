@@ -12,32 +12,6 @@
 
 namespace wspush::loadgen {
 
-/// Routes the frame reader's events of one connection back into the worker.
-struct worker::sink {
-  worker& w;
-  std::uint32_t i;
-  bool closed = false;
-  std::uint16_t close_code = 0;
-
-  // After a drop inside this read (an error reply, say) the rest of the read is ignored.
-  [[nodiscard]] bool gone() const noexcept { return closed || w._conns[i].fd < 0; }
-
-  void on_message(std::span<const std::uint8_t> prefix, std::uint8_t /*op*/) noexcept {
-    if (!gone()) w.on_message(i, std::string_view(reinterpret_cast<const char*>(prefix.data()), prefix.size()));
-  }
-  void on_ping(std::span<const std::uint8_t> payload) noexcept {
-    if (gone()) return;
-    ++w._c[ctr::pings];
-    w.send_control(w._conns[i], proto::opcode::pong, payload);
-  }
-  void on_close(std::span<const std::uint8_t> payload) noexcept {
-    if (gone()) return;
-    closed = true;
-    if (payload.size() >= 2) close_code = static_cast<std::uint16_t>(payload[0] << 8 | payload[1]);
-    w.send_control(w._conns[i], proto::opcode::close, payload.first(std::min<std::size_t>(payload.size(), 2)));
-  }
-};
-
 int worker::run() noexcept {
   _ep = epoll_with_control(_ctrl, ctrl_tag);
   if (_ep < 0) return 2;
@@ -136,13 +110,64 @@ void worker::on_readable(std::uint32_t i) noexcept {
   feed(i, std::span<const std::uint8_t>(_rbuf.data(), static_cast<std::size_t>(n)));
 }
 
+/// One of our payloads: misdelivery (another connection's topic), sequence (loss, duplicates,
+/// order), latency against the read's timestamp. Inline: the frame loop's per-message work.
+[[gnu::always_inline]] inline void worker::on_payload(lg_conn& c, std::uint32_t i, const delivery& d) noexcept {
+  ++_c[ctr::deliveries];
+  if (_o.proto == protocol::pubsub && !d.memo_topic && !_o.topic_matches(_first + i, d.topic)) {
+    ++_c[ctr::foreign];   // an event of a topic this connection did not subscribe to
+    return;
+  }
+  if (!_last_ids.empty()) keep_id(i, d.id);
+  if (!c.seq.on_seq(static_cast<std::uint32_t>(d.seq), c.checked ? _seq : _scratch)) return;
+  _interval->record(_recv_ns > d.send_ns ? _recv_ns - d.send_ns : 0);
+  _c.last_delivery_ns = _recv_ns;
+  if (c.checked && ++c.received == wanted(i)) on_complete();
+}
+
+/// Routes the frame reader's events of one connection back into the worker. Our payloads
+/// (events, or plain messages from a broadcast server; told by their first bytes) are accounted
+/// right here in the frame loop; replies to the sub and anything else go to on_reply().
+struct worker::sink {
+  worker& w;
+  lg_conn& c;
+  std::uint32_t i;
+  bool closed = false;
+  std::uint16_t close_code = 0;
+
+  // After a drop inside this read (an error reply, say) the rest of the read is ignored.
+  [[nodiscard]] bool gone() const noexcept { return closed || c.fd < 0; }
+
+  [[gnu::always_inline]] void on_message(std::span<const std::uint8_t> m, std::uint8_t /*op*/) noexcept {
+    if (gone()) return;
+    const std::string_view msg(reinterpret_cast<const char*>(m.data()), m.size());
+    if (w._o.proto == protocol::pubsub && !msg.starts_with(R"({"topic":")")) return w.on_reply(i, msg);
+    const delivery d = w._memo->read(msg, c.seq.next());
+    if (d.ok) return w.on_payload(c, i, d);
+    ++w._c[ctr::foreign];
+  }
+  void on_ping(std::span<const std::uint8_t> payload) noexcept {
+    if (gone()) return;
+    ++w._c[ctr::pings];
+    w.send_control(c, proto::opcode::pong, payload);
+  }
+  void on_close(std::span<const std::uint8_t> payload) noexcept {
+    if (gone()) return;
+    closed = true;
+    if (payload.size() >= 2) close_code = static_cast<std::uint16_t>(payload[0] << 8 | payload[1]);
+    w.send_control(c, proto::opcode::close, payload.first(std::min<std::size_t>(payload.size(), 2)));
+  }
+};
+
 void worker::feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept {
   lg_conn& c = _conns[i];
-  sink s{*this, i};
-  if (!c.reader.consume(bytes, s)) {
+  sink s{*this, c, i};
+  if (!c.reader.consume(bytes, s, _spills)) {
     ++_c[ctr::protocol_errors];
-    return drop(i, false, 0);
+    drop(i, false, 0);
+    return c.reader.reset(_spills);
   }
+  if (c.fd < 0) c.reader.reset(_spills);   // dropped inside consume(): give back its spill
   if (c.fd < 0 || !s.closed) return;
   ++_c[ctr::server_closes];
   if (s.close_code == 1001) ++_c[ctr::close_1001];
@@ -150,18 +175,14 @@ void worker::feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept
   drop(i, reconnects() && _go, 50'000'000 + _rng.next() % 250'000'000);
 }
 
-void worker::on_message(std::uint32_t i, std::string_view msg) noexcept {
+/// A pub/sub message that is not an event at first sight: a reply to the sub, an event in
+/// another shape, or something else.
+void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
   lg_conn& c = _conns[i];
-  if (_o.proto == protocol::broadcast) {
-    const delivery d = read_delivery(msg);
-    if (d.ok) return on_payload(i, d);
-    ++_c[ctr::foreign];
-    return;
-  }
   switch (classify(msg)) {
     case server_msg::event: {
       const delivery d = read_delivery(msg);
-      if (d.ok) return on_payload(i, d);
+      if (d.ok) return on_payload(c, i, d);
       ++_c[ctr::foreign];
       return;
     }
@@ -179,26 +200,17 @@ void worker::on_message(std::uint32_t i, std::string_view msg) noexcept {
   }
 }
 
-void worker::on_payload(std::uint32_t i, const delivery& d) noexcept {
-  lg_conn& c = _conns[i];
-  ++_c[ctr::deliveries];
-  if (_o.proto == protocol::pubsub && !_o.topic_matches(_first + i, d.topic)) {
-    ++_c[ctr::foreign];
-    return;
-  }
-  if (!d.id.empty() && d.id.size() <= c.last_id.size()) {
-    std::memcpy(c.last_id.data(), d.id.data(), d.id.size());
-    c.last_id_len = static_cast<std::uint8_t>(d.id.size());
-  }
-  if (!c.seq.on_seq(static_cast<std::uint32_t>(d.seq), c.checked ? _seq : _scratch)) return;
-  _interval->record(_recv_ns > d.send_ns ? _recv_ns - d.send_ns : 0);
-  _c.last_delivery_ns = _recv_ns;
-  if (!c.checked) return;
-  const std::uint32_t topic = _o.sc == scenario::mailboxes ? _first + i : 0;
-  if (++c.received == _o.messages_for(topic)) {
-    ++_c[ctr::complete];
-    if (--_pending_checked == 0) send_sample(msg_kind::sample);   // tell the parent at once
-  }
+/// The id of the newest event, for `since` when the connection comes back.
+void worker::keep_id(std::uint32_t i, std::string_view id) noexcept {
+  if (id.empty() || id.size() > _last_ids[i].bytes.size()) return;
+  std::memcpy(_last_ids[i].bytes.data(), id.data(), id.size());
+  _last_ids[i].len = static_cast<std::uint8_t>(id.size());
+}
+
+/// A checked connection got every message it should.
+void worker::on_complete() noexcept {
+  ++_c[ctr::complete];
+  if (--_pending_checked == 0) send_sample(msg_kind::sample);   // tell the parent at once
 }
 
 /// Closes an upgraded connection; reopens it after `delay_ns` when `reconnect`.
@@ -219,7 +231,7 @@ void worker::drop(std::uint32_t i, bool reconnect, std::uint64_t delay_ns) noexc
   }
   if (!reconnect) {
     c.state = conn_state::closed;
-    if (c.checked && c.received < _o.messages_for(_o.sc == scenario::mailboxes ? _first + i : 0) &&
+    if (c.checked && c.received < wanted(i) &&
         _pending_checked > 0 && --_pending_checked == 0) {
       send_sample(msg_kind::sample);
     }
@@ -241,7 +253,7 @@ void worker::start_go(std::uint64_t now) noexcept {
     const bool up = c.state == conn_state::ready || c.state == conn_state::paused;
     if (!up || c.slow || c.churner) continue;
     c.checked = true;
-    _c[ctr::expected] += _o.messages_for(_o.sc == scenario::mailboxes ? _first + i : 0);
+    _c[ctr::expected] += wanted(i);
     ++_pending_checked;
   }
   if (_o.sc == scenario::churn) _churn_limit = rate_limiter(_o.churn_rate / _o.procs, now, 16);

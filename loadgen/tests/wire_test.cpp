@@ -65,6 +65,75 @@ TEST_CASE("wire: a pub/sub event yields topic, id and payload") {
   CHECK(classify(ev) == server_msg::event);
   CHECK_FALSE(read_delivery(R"({"s":x,"t":1})").ok);
   CHECK_FALSE(read_delivery("hello").ok);
+  // another field order is still found, by search
+  const delivery e = read_delivery(R"({"id":"k3f9:19","topic":"lg-mb-42","data":{"s":8,"t":100}})");
+  CHECK(e.ok);
+  CHECK(e.seq == 8);
+  CHECK(e.topic == "lg-mb-42");
+  CHECK(e.id == "k3f9:19");
+  // cut short anywhere (a prefix of a cut message), never a misread
+  for (std::size_t n = 0; n < ev.size(); ++n) {
+    const delivery p = read_delivery(std::string_view(ev).substr(0, n));
+    CHECK((!p.ok || (p.seq == 7 && p.send_ns == 99)));
+  }
+  CHECK_FALSE(read_delivery(R"({"s":1,"t":123456789012345678901})").ok);   // past 19 digits
+}
+
+TEST_CASE("wire: the memo answers as read_delivery does, and only for the same bytes") {
+  delivery_memo memo("lg-fanout");
+  std::vector<char> buf(128);
+  auto event = [&](std::string_view topic, std::string_view id, std::uint64_t seq, std::uint64_t t) {
+    const std::size_t n = write_payload(buf, 64, seq, t);
+    return R"({"topic":")" + std::string(topic) + R"(","id":")" + std::string(id) + R"(","data":)" +
+           std::string(buf.data(), n) + "}";
+  };
+  auto same = [](const delivery& a, const delivery& b) {
+    return a.ok == b.ok && a.seq == b.seq && a.send_ns == b.send_ns && a.topic == b.topic && a.id == b.id;
+  };
+  const std::vector<std::string> messages = {
+      event("lg-fanout", "e:1", 0, 123456789012345), event("lg-fanout", "e:1", 0, 123456789012345),   // a hit
+      event("lg-mb-1", "e:1", 0, 123456789012345),    // same number, another topic: misdelivery stays visible
+      event("lg-mb-2", "e:77", 0, 123456789012346),   // same number, another id and time
+      event("lg-fanout", "e:2", 1, 123456789012399), event("lg-fanout", "e:2", 1, 12345678901239),   // one digit less
+      std::string(buf.data(), write_payload(buf, 64, 1, 99)), std::string(buf.data(), write_payload(buf, 64, 1, 990)),
+      R"({"op":"subbed","topics":["a"],"lost":[]})", R"({"topic":"t","id":"e:3","data":{"s":2,"t":5}})",
+      R"({"topic":"t","id":"e:3","data":{"s":2,"t":5)", R"({"id":"e:3","topic":"t","data":{"s":2,"t":5}})"};
+  for (int pass = 0; pass < 2; ++pass) {   // the second pass meets every head remembered
+    for (const std::string& m : messages) {
+      for (std::uint64_t expect : {0u, 1u, 2u}) CHECK(same(memo.read(m, expect), read_delivery(m)));
+      for (std::size_t n = 0; n < m.size(); ++n) {   // cut short anywhere
+        const std::string_view cut = std::string_view(m).substr(0, n);
+        CHECK(same(memo.read(cut, 0), read_delivery(cut)));
+      }
+    }
+  }
+  CHECK(memo.read(messages[2], 0).topic == "lg-mb-1");
+  CHECK(memo.read(messages[3], 0).id == "e:77");
+  CHECK(memo.read(messages[5], 1).send_ns == 12345678901239);
+  // only its own topic is remembered, so a hit vouches for the topic
+  CHECK(memo.read(messages[0], 0).memo_topic);
+  CHECK_FALSE(memo.read(messages[2], 0).memo_topic);
+  CHECK_FALSE(memo.read(messages[2], 0).memo_topic);
+  CHECK_FALSE(read_delivery(messages[0]).memo_topic);
+  delivery_memo plain;   // a broadcast worker's: plain payloads have no topic
+  const std::string& p = messages[6];
+  CHECK_FALSE(plain.read(p, 1).memo_topic);
+  CHECK(plain.read(p, 1).memo_topic);
+  CHECK_FALSE(plain.read(messages[0], 0).memo_topic);
+  CHECK_FALSE(plain.read(messages[0], 0).memo_topic);
+}
+
+TEST_CASE("wire: same_bytes at every length and every differing byte") {
+  std::string a(70, 'x');
+  for (std::size_t n = 0; n <= a.size(); ++n) {
+    std::string b = a;
+    CHECK(same_bytes(a.data(), b.data(), n));
+    for (std::size_t k = 0; k < n; ++k) {
+      b[k] = 'y';
+      CHECK_FALSE(same_bytes(a.data(), b.data(), n));
+      b[k] = 'x';
+    }
+  }
 }
 
 TEST_CASE("wire: server messages are told apart") {
@@ -101,30 +170,64 @@ TEST_CASE("wire: upgrade request carries the token, response check reads the sta
 TEST_CASE("wire: frame reader handles any split of several frames") {
   const std::string big(300, 'x');
   const std::string stream = server_frame(0x81, "hello") + server_frame(0x89, "pp") + server_frame(0x01, "frag") +
-                             server_frame(0x80, "ment") + server_frame(0x81, big) + server_frame(0x88, "\x03\xe9");
+                             server_frame(0x8a, "") + server_frame(0x80, "ment") + server_frame(0x81, big) +
+                             server_frame(0x81, "") + server_frame(0x88, "\x03\xe9");
+  spill_pool pool;
   for (std::size_t step = 1; step <= stream.size(); ++step) {
     frame_reader r;
     collect c;
     for (std::size_t at = 0; at < stream.size(); at += step) {
-      REQUIRE(r.consume(bytes(std::string_view(stream).substr(at, step)), c));
+      REQUIRE(r.consume(bytes(std::string_view(stream).substr(at, step)), c, pool));
     }
-    REQUIRE(c.messages.size() == 3);
+    REQUIRE(c.messages.size() == 4);
     CHECK(c.messages[0] == "hello");
     CHECK(c.messages[1] == "fragment");
-    CHECK(c.messages[2] == big.substr(0, frame_reader::keep_bytes));
+    // whole in one read: all of it, where it lies; cut: its first keep_bytes
+    CHECK((c.messages[2] == big || c.messages[2] == big.substr(0, frame_reader::keep_bytes)));
+    if (step == stream.size()) CHECK(c.messages[2] == big);
+    CHECK(c.messages[3].empty());
     CHECK(c.pings == std::vector<std::string>{"pp"});
     CHECK(c.closes == 1);
+    CHECK(pool.leased() == 0);   // nothing cut at the end: every spill given back
   }
 }
 
-TEST_CASE("wire: frame reader refuses what a server must not send") {
+TEST_CASE("wire: frame reader keeps a spill only while a frame is cut") {
+  spill_pool pool;
+  const std::string f = server_frame(0x81, "hello") + server_frame(0x81, "world");
+  frame_reader r;
   collect c;
-  frame_reader a;
-  CHECK_FALSE(a.consume(bytes(std::string("\x81\x85" "abcd" "hello", 11)), c));   // masked
-  frame_reader b;
-  CHECK_FALSE(b.consume(bytes(server_frame(0x80, "x")), c));   // continuation without a start
-  frame_reader d;
-  CHECK_FALSE(d.consume(bytes(server_frame(0x09, "x")), c));   // fragmented ping
+  REQUIRE(r.consume(bytes(std::string_view(f).substr(0, 9)), c, pool));   // "hello", then 2 bytes of "world"
+  CHECK(c.messages == std::vector<std::string>{"hello"});
+  CHECK(pool.leased() == 1);
+  REQUIRE(r.consume(bytes(std::string_view(f).substr(9)), c, pool));
+  CHECK(c.messages == std::vector<std::string>{"hello", "world"});
+  CHECK(pool.leased() == 0);
+  REQUIRE(r.consume(bytes(std::string_view(f).substr(0, 1)), c, pool));   // half a header
+  CHECK(pool.leased() == 1);
+  r.reset(pool);
+  CHECK(pool.leased() == 0);
+}
+
+TEST_CASE("wire: frame reader refuses what a server must not send") {
+  spill_pool pool;
+  for (const std::string& bad : {std::string("\x81\x85" "abcd" "hello", 11),   // masked
+                                 server_frame(0x80, "x"),                        // continuation without a start
+                                 server_frame(0x09, "x"),                        // fragmented ping
+                                 server_frame(0x91, "x"),                        // RSV1 without an extension
+                                 server_frame(0x83, "x"),                        // reserved opcode
+                                 server_frame(0x89, std::string(126, 'p')),      // control over 125 bytes
+                                 server_frame(0x01, "a") + server_frame(0x81, "b")}) {   // a new message inside one
+    for (std::size_t step : {std::size_t{1}, bad.size()}) {
+      frame_reader r;
+      collect c;
+      bool ok = true;
+      for (std::size_t at = 0; at < bad.size() && ok; at += step) ok = r.consume(bytes(std::string_view(bad).substr(at, step)), c, pool);
+      CHECK_FALSE(ok);
+      r.reset(pool);
+    }
+  }
+  CHECK(pool.leased() == 0);
 }
 
 TEST_CASE("wire: sequence accounting tells gaps, duplicates and reordering apart") {
