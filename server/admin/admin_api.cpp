@@ -118,7 +118,7 @@ struct admin_api::state {
   std::string scratch;  // a padded copy of a body that came without readable padding
   std::string text;     // response body under construction, reused
   counter* requests[3] = {};   // 2xx, 4xx, 5xx
-  counter* publishes[3] = {};  // ok, bad_request, unavailable (publish_outcome::kind_t order)
+  counter* publishes[4] = {};  // ok, bad_request, unavailable, timeout (publish_outcome::kind_t order)
 
   void reply(std::string& out, std::uint16_t status, std::string_view type, std::string_view body, bool close,
              std::string_view extra = {}) {
@@ -217,6 +217,8 @@ void admin_api::state::publish(const proto::http_request& req, std::size_t reada
   }
   if (r.kind == publish_outcome::unavailable)
     return reply(out, 503, k_json, error_body("unavailable"), close, "Retry-After: 1\r\n");
+  if (r.kind == publish_outcome::timeout)
+    return reply(out, 504, k_json, error_body("timeout", "no answer from the bus in time: it may have been published"), close);
   const std::string_view code = r.id_or_error.empty() ? "bad_request" : r.id_or_error;
   reply(out, 400, k_json, error_body(code, reason), close);
 }
@@ -258,6 +260,7 @@ void admin_api::state::publish_batch(const proto::http_request& req, std::size_t
     } else {
       unavailable += r.kind == publish_outcome::unavailable;
       text += error_body(r.kind == publish_outcome::unavailable ? "unavailable"
+                         : r.kind == publish_outcome::timeout   ? "timeout"
                          : r.id_or_error.empty()               ? "bad_request"
                                                                : r.id_or_error);
     }
@@ -280,6 +283,7 @@ admin_api::admin_api(admin_api_options o, publish_sink& sink, metrics_registry* 
       &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "bad_request"}});
   _s->publishes[2] =
       &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "unavailable"}});
+  _s->publishes[3] = &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "timeout"}});
 }
 
 admin_api::~admin_api() = default;

@@ -34,7 +34,9 @@ class counter;
 /// "forbidden" (bad_request; empty means "bad_request"); it must stay valid until the sink's
 /// next publish call: the admin thread copies it into the response at once.
 struct publish_outcome {
-  enum kind_t : std::uint8_t { ok, bad_request, unavailable } kind;
+  /// timeout: handed on (to Redis) and no answer came: it may have been published, so a retry
+  /// may publish it twice (504). unavailable: it was not published (503, retry).
+  enum kind_t : std::uint8_t { ok, bad_request, unavailable, timeout } kind;
   std::string_view id_or_error;
 };
 

@@ -34,7 +34,7 @@ constexpr metric_info k_standard[] = {
     {"wspush_bytes_in_total", mt::counter, "", "Bytes received on WebSocket connections (frames included)."},
     {"wspush_bytes_out_total", mt::counter, "", "Bytes sent on WebSocket connections (frames included)."},
     {"wspush_publishes_total", mt::counter, "source,result",
-     "Publishes by source (admin, client) and result (ok, bad_request, forbidden, unavailable)."},
+     "Publishes by source (admin, client) and result (ok, bad_request, forbidden, unavailable, timeout)."},
     {"wspush_fanout_deliveries_total", mt::counter, "", "Published events queued to a subscriber connection."},
     {"wspush_messages_dropped_total", mt::counter, "reason",
      "Events not delivered by reason (slow_consumer, closed, shard_unavailable)."},

@@ -47,6 +47,7 @@ class bus_sink final : public publish_sink {
       switch (_bus.publish_collect(ticket, _id, answer_timeout)) {
         case bus::bus_publish::ok: return {publish_outcome::ok, _id};
         case bus::bus_publish::refused: return {publish_outcome::unavailable, "refused by Redis"};
+        case bus::bus_publish::unknown: return {publish_outcome::timeout, "no answer from Redis"};
         case bus::bus_publish::unavailable: break;
       }
     } catch (const std::exception&) {

@@ -80,6 +80,8 @@ struct redis_bus::waiter {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
+  bool sent = false;       // handed to Redis: from here on only Redis's answer settles it
+  bool withdrawn = false;  // the publisher stopped waiting before it was sent: never send it
   bus_publish result = bus_publish::unavailable;
   std::string id;
   void finish(bus_publish r, std::string_view text) {
@@ -248,7 +250,11 @@ bus_publish redis_bus::publish_collect(std::uint64_t ticket, std::string& id, st
     _tickets.erase(it);
   }
   std::unique_lock lock(w->m);
-  if (!w->cv.wait_for(lock, timeout, [&] { return w->done; })) return bus_publish::unavailable;
+  if (!w->cv.wait_for(lock, timeout, [&] { return w->done; })) {
+    if (w->sent) return bus_publish::unknown;
+    w->withdrawn = true;  // the bus thread drops it: "unavailable" stays true
+    return bus_publish::unavailable;
+  }
   id = w->id;
   return w->result;
 }
@@ -547,6 +553,11 @@ void redis_bus::fail_pending(pending& p) noexcept {
 // ---- publishes ------------------------------------------------------------------------------
 
 void redis_bus::handle_publish(request& r) noexcept {
+  if (r.w) {
+    std::lock_guard lock(r.w->m);
+    if (r.w->withdrawn) return;  // its publisher was told unavailable: keep that true
+    r.w->sent = true;            // (a failed send below settles it as unavailable)
+  }
   auto* o = new (std::nothrow) op{r.kind == request::admin_pub ? op::admin_pub : op::client_pub};
   if (o) {
     o->shard = r.shard;
@@ -576,7 +587,8 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       _cmd_ready = true;
       return ready_check();
     case op::admin_pub:
-      if (o->w) o->w->finish(r == nullptr ? bus_publish::unavailable : error ? bus_publish::refused : bus_publish::ok, str(r));
+      // No reply: the link went away with the command sent or about to be; Redis may run it.
+      if (o->w) o->w->finish(r == nullptr ? bus_publish::unknown : error ? bus_publish::refused : bus_publish::ok, str(r));
       return;
     case op::client_pub:
       if (!error || r == nullptr) {

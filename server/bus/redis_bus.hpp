@@ -76,8 +76,10 @@ struct redis_bus_counters {
   relaxed_counter topics;          ///< gauge: channels subscribed
 };
 
-/// What publish_wait says.
-enum class bus_publish : std::uint8_t { ok, unavailable, refused };
+/// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:
+/// it went to Redis and no answer came (the link broke, or the wait ran out): Redis may
+/// still run it, so a retry may publish it twice.
+enum class bus_publish : std::uint8_t { ok, unavailable, refused, unknown };
 
 class redis_bus final : public pubsub::bus_port, private loop_handler, private redis_link::listener {
  public:
@@ -100,7 +102,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept override;
 
   /// Any thread but the bus's (the admin API): publishes and waits for Redis's answer, at most
-  /// `timeout`. ok: `id` holds the event's id; refused: Redis said no (`id` holds why).
+  /// `timeout`. ok: `id` holds the event's id; refused: Redis said no (`id` holds why). A
+  /// publish still queued when the wait runs out is withdrawn (unavailable); one already
+  /// handed to Redis is unknown.
   bus_publish publish_wait(std::string_view topic, std::string_view data, std::string& id,
                            std::chrono::milliseconds timeout);
   /// Queues a publish whose answer publish_wait_queued() collects (a batch: all go to Redis

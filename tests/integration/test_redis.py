@@ -11,6 +11,8 @@ into Redis, and nginx in front for the failover.
 - 2,000 mailboxes subscribe at once: a few SUBSCRIBE commands, not 2,000; a batch publish
   reaches every one;
 - resume on the other node with a publisher running throughout: no gap, no duplicate at the seam;
+- an admin publish Redis leaves unanswered (SIGSTOP) is answered 504 `timeout`, not 503, and its
+  event arrives once Redis resumes;
 - Redis killed and restarted (append-only file kept): /readyz 503, admin 503, `unavailable` for
   subs, connections stay; then delivery resumes and a resume gets what the stream kept; after
   Redis lost its data (FLUSHALL), an older id is answered `lost`;
@@ -262,6 +264,35 @@ async def resume_on_other_node(a: ServerProcess, b: ServerProcess) -> None:
     check(not pub.errors, f"publisher: {pub.errors[:2]}")
 
 
+async def unanswered_publish(rs: RedisServer, a: ServerProcess) -> None:
+    """Redis stops answering (SIGSTOP) with an admin publish already sent to it. The publisher
+    must not hear 503 (`unavailable`: nothing happened, retry) for it: Redis runs it once it
+    resumes, and a retry would deliver it twice. It hears 504 (`timeout`: it may have been
+    published), and the event does arrive."""
+    ws = await connect(a)
+    try:
+        await sub(ws, ["unanswered"])
+        os.kill(rs.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            status, body = await asyncio.to_thread(publish, a, "unanswered", {"k": 1})
+            waited = time.monotonic() - t0
+        finally:
+            os.kill(rs.proc.pid, signal.SIGCONT)
+        check(status == 504 and body.get("error") == "timeout",
+              f"a publish Redis held unanswered was answered {status} {body} after {waited:.1f} s")
+        e = await recv(ws, 20)
+        check(e.get("topic") == "unanswered" and e.get("data") == {"k": 1}, f"the event after Redis resumed: {e}")
+        check(metric(a, 'wspush_publishes_total{source="admin",result="timeout"}') == 1,
+              "the unanswered publish is not counted as result=\"timeout\"")
+        wait_ready(a, True)
+        publish_ok(a, "unanswered", {"k": 2})
+        e = await recv(ws)
+        check(e.get("data") == {"k": 2}, f"a publish after Redis resumed: {e}")
+    finally:
+        await ws.close()
+
+
 async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
     wa = await connect(a)
     await sub(wa, ["restart"])
@@ -480,6 +511,8 @@ def main(args) -> None:
         f.step("2,000 mailboxes: batched subscribes, a batch publish", lambda: asyncio.run(many_mailboxes(rs, a, b)))
         f.step("resume on the other node: no gap, no duplicate", lambda: asyncio.run(resume_on_other_node(a, b)))
         f.step("a node cut off from Redis catches up its subscribers", lambda: asyncio.run(catch_up_after_cut(rs, a, b)))
+        f.step("a publish Redis leaves unanswered is not called refused",
+               lambda: asyncio.run(unanswered_publish(rs, a)))
         f.step("Redis killed and restarted", lambda: asyncio.run(redis_restart(rs, a, b)))
         f.step("a node started with Redis unreachable", lambda: asyncio.run(unreachable_at_start(args)))
         f.step("two processes sharing one port", lambda: asyncio.run(sharing_one_port(args, rs)))
