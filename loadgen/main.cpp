@@ -396,6 +396,10 @@ void parent::judge(run_result& r, std::uint64_t ready_at_go) const {
     const counters& pub = _agg.latest(_o.procs);
     if (pub[ctr::publisher_ready] == 0) p.push_back("the publisher could not connect (admin API or WebSocket refused it)");
     if (pub[ctr::sent] < _o.messages) p.push_back("published " + std::to_string(pub[ctr::sent]) + " of " + std::to_string(_o.messages) + " messages within --timeout");
+    if (pub[ctr::publish_unknown]) {
+      p.push_back(std::to_string(pub[ctr::publish_unknown]) +
+                  " publishes answered 504: the bus took them and did not answer in time (they may or may not arrive)");
+    }
     if (pub[ctr::publish_errors]) {
       std::string why = std::to_string(pub[ctr::publish_errors]) + " publishes refused or unanswered";
       if (pub.first_status != 0) why += " (first status " + std::to_string(pub.first_status) + ")";

@@ -145,7 +145,7 @@ int publisher::run() noexcept {
 }
 
 bool publisher::finished() const noexcept {
-  return _next >= _o.messages && _out_off == _out.size() && _inflight == 0;
+  return _next >= _o.messages && _out_off == _out.size() && _inflight == 0 && _retry.empty();
 }
 
 void publisher::publish_loop() noexcept {
@@ -169,6 +169,7 @@ void publisher::publish_loop() noexcept {
     const bool can_add = _next < _o.messages && !_want_out &&
                          (_o.via == publish_via::ws || _inflight < _o.pipeline);
     if (can_add) wake = std::min(wake, now + _limit.wait_ns(now));
+    if (!_retry.empty() && !_want_out) wake = std::min(wake, std::max(now, _retry.front().second));
     epoll_event events[8];
     const int n = epoll_wait(_ep, events, 8, wake <= now ? 0 : static_cast<int>((wake - now + 999'999) / 1'000'000));
     for (int k = 0; k < n; ++k) {
@@ -181,6 +182,7 @@ void publisher::publish_loop() noexcept {
     }
   }
   if (_inflight > 0) _c[ctr::publish_errors] += _inflight;   // never answered within the bound
+  _c[ctr::publish_errors] += _retry.size();                   // refused, and the bound ran out first
 }
 
 /// Encodes what is due, bounded so every timestamp is taken just before its bytes go out.
@@ -191,20 +193,26 @@ void publisher::fill(std::uint64_t now) noexcept {
   }
   std::uint64_t room = 64;
   if (_o.via == publish_via::admin) room = _o.pipeline > _inflight ? _o.pipeline - _inflight : 0;
+  while (room > 0 && !_retry.empty() && _retry.front().second <= now) {   // refused ones first, outside the rate
+    encode_one(_retry.front().first, now_ns(), true);
+    _retry.pop_front();
+    --room;
+  }
   room = std::min<std::uint64_t>(room, _o.messages - _next);
   const std::uint64_t n = _limit.take(now, room);
   for (std::uint64_t k = 0; k < n; ++k) encode_one(_next++, now_ns());
 }
 
-void publisher::encode_one(std::uint64_t k, std::uint64_t now) noexcept {
+void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept {
   const std::uint32_t topics = _o.topic_count();
   const std::string topic = _o.topic_of(static_cast<std::uint32_t>(k % topics));
   const std::size_t len = write_payload(_payload, _o.size, k / topics, now);
   const std::string_view payload(_payload.data(), len);
   if (_c.first_send_ns == 0) _c.first_send_ns = now;
   _c.last_send_ns = now;
-  ++_c[ctr::sent];
+  if (!again) ++_c[ctr::sent];
   if (_o.via == publish_via::admin) {
+    _inflight_k.push_back(k);
     const std::string body = make_publish_body(topic, payload);
     _out.append("POST /publish HTTP/1.1\r\nHost: ").append(_o.admin_host);
     _out.append("\r\nContent-Type: application/json\r\nContent-Length: ").append(std::to_string(body.size()));
@@ -283,14 +291,8 @@ void publisher::on_readable() noexcept {
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n <= 0) return lose_connection();
   if (_o.via == publish_via::admin) {
-    const bool ok = _responses.consume(std::string_view(buf, static_cast<std::size_t>(n)), [this](int status) {
-      if (_inflight > 0) --_inflight;
-      ++_answered;
-      if (status != 200) {
-        ++_c[ctr::publish_errors];
-        if (_c.first_status == 0) _c.first_status = status;
-      }
-    });
+    const bool ok = _responses.consume(std::string_view(buf, static_cast<std::size_t>(n)),
+                                       [this](int status) { on_response(status); });
     if (!ok) lose_connection();
     return;
   }
@@ -313,6 +315,32 @@ void publisher::on_readable() noexcept {
   }
 }
 
+/// An admin publish's answer (they come in order). 503 means nothing was published: the same
+/// number goes again after a second (its Retry-After), within the run's bound. 504 means the
+/// bus took it and did not answer: it may arrive, so it is not sent again (that could deliver
+/// it twice); it is counted, and so is its loss if it never arrives.
+void publisher::on_response(int status) noexcept {
+  if (_inflight > 0) --_inflight;
+  ++_answered;
+  std::uint64_t k = 0;
+  if (!_inflight_k.empty()) {
+    k = _inflight_k.front();
+    _inflight_k.pop_front();
+  }
+  if (status == 200) return;
+  if (status == 503) {
+    ++_c[ctr::publish_retries];
+    _retry.emplace_back(k, now_ns() + 1'000'000'000);
+    return;
+  }
+  if (status == 504) {
+    ++_c[ctr::publish_unknown];
+  } else {
+    ++_c[ctr::publish_errors];
+  }
+  if (_c.first_status == 0) _c.first_status = status;
+}
+
 /// The connection broke: requests in flight are lost (counted), and the loop reconnects.
 void publisher::lose_connection() noexcept {
   if (_fd < 0) return;
@@ -320,6 +348,7 @@ void publisher::lose_connection() noexcept {
   _fd = -1;
   _c[ctr::publish_errors] += _inflight;
   _inflight = 0;
+  _inflight_k.clear();
   if (_out_off < _out.size() && _o.via == publish_via::ws) ++_c[ctr::publish_errors];   // a partly sent batch
   _out.clear();
   _out_off = 0;

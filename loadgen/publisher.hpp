@@ -13,6 +13,7 @@
 #include "loadgen/sys.hpp"
 #include "loadgen/wire.hpp"
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,7 +61,8 @@ private:
   bool connect(std::uint64_t deadline) noexcept;
   bool upgrade(std::uint64_t deadline) noexcept;
   void fill(std::uint64_t now) noexcept;
-  void encode_one(std::uint64_t k, std::uint64_t now) noexcept;
+  void encode_one(std::uint64_t k, std::uint64_t now, bool again = false) noexcept;
+  void on_response(int status) noexcept;
   bool flush() noexcept;
   void on_readable() noexcept;
   void lose_connection() noexcept;
@@ -83,6 +85,10 @@ private:
   std::uint64_t _next = 0;        ///< next message number to encode
   std::uint64_t _answered = 0;    ///< admin: responses received (or given up on)
   std::uint64_t _inflight = 0;    ///< admin: requests sent, not answered
+  std::deque<std::uint64_t> _inflight_k;  ///< admin: the message number of each, in order
+  /// admin: publishes answered 503 (nothing was published), sent again with the same number
+  /// when due (Retry-After), so a refusal leaves no gap for the subscribers to count
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> _retry;  ///< (number, due ns)
   std::uint64_t _next_sample_ns = 0;
   std::uint32_t _index;
   std::uint32_t _interval_no = 0;

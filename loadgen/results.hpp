@@ -46,6 +46,8 @@ namespace wspush::loadgen {
   X(lost_reported, "subbed replies whose lost list was not empty")                      \
   X(sent, "messages published")                                                         \
   X(publish_errors, "publishes the server refused or did not answer")                   \
+  X(publish_retries, "admin publishes answered 503 (not published) and sent again")      \
+  X(publish_unknown, "admin publishes answered 504 (sent to the bus, no answer: maybe published)") \
   X(expected, "deliveries the checked connections should get")                          \
   X(deliveries, "payload messages received, duplicates included")                       \
   X(unique, "distinct payload messages received on checked connections")                \

@@ -13,6 +13,7 @@ into Redis, and nginx in front for the failover.
 - resume on the other node with a publisher running throughout: no gap, no duplicate at the seam;
 - an admin publish Redis leaves unanswered (SIGSTOP) is answered 504 `timeout`, not 503, and its
   event arrives once Redis resumes;
+- the load generator resends an admin publish refused with 503 (Redis gone for a moment): no gap;
 - Redis killed and restarted (append-only file kept): /readyz 503, admin 503, `unavailable` for
   subs, connections stay; then delivery resumes and a resume gets what the stream kept; after
   Redis lost its data (FLUSHALL), an older id is answered `lost`;
@@ -293,6 +294,46 @@ async def unanswered_publish(rs: RedisServer, a: ServerProcess) -> None:
         await ws.close()
 
 
+def loadgen_resends_refused(args, rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
+    """The load generator publishes through node B's admin API while Redis goes away for a
+    moment: the publishes B answers 503 (nothing published) are sent again with the same
+    number, so the subscribers on node A see no gap and the run counts no loss."""
+    loadgen = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.server))), "loadgen", "wspush-loadgen")
+    check(os.access(loadgen, os.X_OK), f"no load generator at {loadgen}")
+    ok = 'wspush_publishes_total{source="admin",result="ok"}'
+    refused = 'wspush_publishes_total{source="admin",result="unavailable"}'
+    ok0, refused0 = metric(b, ok), metric(b, refused)
+    proc = subprocess.Popen([loadgen, "fanout", "--url", f"ws://127.0.0.1:{a.port}/ws", "--admin",
+                             f"http://127.0.0.1:{admin_port(b)}", "--connections", "20", "--messages", "6",
+                             "--publish-rate", "2", "--topic", "lg-resend", "--hold", "0", "--json", "--quiet",
+                             "--timeout", str(int(scaled(60))), "--drain-timeout", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+    try:
+        deadline = time.monotonic() + scaled(30)
+        while metric(b, ok) < ok0 + 1:   # publishing has begun
+            check(time.monotonic() < deadline and proc.poll() is None, "the load generator did not publish")
+            time.sleep(0.02)
+        rs.kill()
+        while metric(b, refused) < refused0 + 1:   # one was refused
+            check(time.monotonic() < deadline and proc.poll() is None, "no publish refused with Redis gone")
+            time.sleep(0.02)
+        rs.start()
+        out, err = proc.communicate(timeout=scaled(90))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    line = next((l for l in reversed(out.splitlines()) if l.startswith("{")), None)
+    check(line is not None, f"no JSON from the load generator (exit {proc.returncode}): {out} {err}")
+    r = json.loads(line)
+    c = r["counters"]
+    check(c.get("publish_retries", 0) >= 1, f"no publish was sent again: {c}")
+    check(proc.returncode == 0 and r["ok"] and r["loss"] == 0 and c["duplicates"] == 0
+          and c["unique"] == c["expected"] == 20 * 6, f"after the resends: {r}")
+    wait_ready(a, True)
+    wait_ready(b, True)
+
+
 async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
     wa = await connect(a)
     await sub(wa, ["restart"])
@@ -513,6 +554,7 @@ def main(args) -> None:
         f.step("a node cut off from Redis catches up its subscribers", lambda: asyncio.run(catch_up_after_cut(rs, a, b)))
         f.step("a publish Redis leaves unanswered is not called refused",
                lambda: asyncio.run(unanswered_publish(rs, a)))
+        f.step("the load generator sends a refused publish again", loadgen_resends_refused, args, rs, a, b)
         f.step("Redis killed and restarted", lambda: asyncio.run(redis_restart(rs, a, b)))
         f.step("a node started with Redis unreachable", lambda: asyncio.run(unreachable_at_start(args)))
         f.step("two processes sharing one port", lambda: asyncio.run(sharing_one_port(args, rs)))
