@@ -29,7 +29,6 @@ server() {   # starts the server; sets SP, PORT, APORT
     ${SERVER_ARGS:-} >"$log" 2>&1 &
   SP=$!
   for _ in $(seq 200); do grep -q 'admin API at 127.0.0.1:' "$log" && grep -q 'listening on 127.0.0.1:' "$log" && break; sleep 0.05; done
-rm -f "$ticks_file"
   PORT=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$log" | head -1 | sed 's/.*://')
   APORT=$(grep -o 'admin API at 127.0.0.1:[0-9]*' "$log" | head -1 | sed 's/.*://')
 }
