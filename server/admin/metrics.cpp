@@ -19,6 +19,9 @@ constexpr metric_info k_standard[] = {
     {"wspush_tls_handshakes_total", mt::counter, "result",
      "TLS handshakes on the public listener by result (ok, resumed, plain_http, bad_hello, failed, incomplete, "
      "timeout; after one: renegotiation, truncated, bad_record)."},
+    {"wspush_tls_kernel_tx_total", mt::counter, "result",
+     "TLS connections whose transmit side was handed to kernel TLS after the handshake (handed), or stayed in "
+     "user space because the kernel refused it (fallback)."},
     {"wspush_bus_up", mt::gauge, "", "1 while the Redis bus is connected and ready, 0 while it is not (--bus=redis://...)."},
     {"wspush_bus_topics", mt::gauge, "", "Topic channels this node is subscribed to in Redis."},
     {"wspush_bus_events_total", mt::counter, "", "Publishes this node received from Redis."},

@@ -91,6 +91,17 @@ const std::vector<option>& options() {
       {"tls-key", "FILE", "PEM private key of --tls-cert",
        [](const config& c) { return c.tls_key.empty() ? std::string("(unset)") : c.tls_key; },
        [](config& c, std::string_view v) { c.tls_key = v; }},
+      {"kernel-tls", "auto|on|off",
+       "with --tls-cert, hand each connection's record encryption (sending) to the kernel after its handshake: "
+       "auto where the kernel lists the tls module, on tries even where it does not (a connection the kernel "
+       "refuses stays in user space), off never",
+       [](const config& c) { return std::string(kernel_tls_name(c.kernel_tls)); },
+       [](config& c, std::string_view v) {
+         if (v == "auto") c.kernel_tls = kernel_tls_mode::automatic;
+         else if (v == "on") c.kernel_tls = kernel_tls_mode::on;
+         else if (v == "off") c.kernel_tls = kernel_tls_mode::off;
+         else bad("kernel-tls", v, "auto, on or off");
+       }},
       {"admin-listen", "ADDR:PORT", "admin listener: /publish, /publish/batch, /metrics, /healthz, /readyz",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
       {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",
@@ -205,6 +216,15 @@ const char* mode_name(app_mode m) noexcept {
     case app_mode::pubsub: return "pubsub";
     case app_mode::echo: return "echo";
     case app_mode::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+const char* kernel_tls_name(kernel_tls_mode m) noexcept {
+  switch (m) {
+    case kernel_tls_mode::automatic: return "auto";
+    case kernel_tls_mode::on: return "on";
+    case kernel_tls_mode::off: return "off";
   }
   return "?";
 }

@@ -16,6 +16,9 @@ namespace wspush::server {
 
 enum class app_mode : std::uint8_t { pubsub, echo, broadcast };
 enum class io_kind : std::uint8_t { uring, epoll };
+/// --kernel-tls: auto hands TLS records to the kernel where it lists the "tls" ULP; on tries
+/// even where it does not (the module may load on first use); off never does.
+enum class kernel_tls_mode : std::uint8_t { automatic, on, off };
 
 struct config {
   std::string listen = "0.0.0.0:8080";
@@ -30,6 +33,7 @@ struct config {
   bool reuseport = false;
   std::string bus;  // empty: the embedded bus; else redis://[:password@]host:port[/db]
   std::string tls_cert, tls_key;  // both: the public listener speaks TLS (wss://, https://)
+  kernel_tls_mode kernel_tls = kernel_tls_mode::automatic;
   std::uint32_t history_size = 100;   // per topic
   double history_ttl = 300;
   std::uint64_t history_max_bytes = std::uint64_t(256) << 20;
@@ -50,5 +54,6 @@ struct config_error : std::runtime_error {
 config parse_config(int argc, char** argv);
 std::string help_text();
 const char* mode_name(app_mode m) noexcept;
+const char* kernel_tls_name(kernel_tls_mode m) noexcept;
 
 }  // namespace wspush::server

@@ -88,23 +88,43 @@ int wait_for_signal(wspush::server::tls_server* tls) {
   }
 }
 
+/// Whether the TLS transports hand each connection's transmit side to the kernel (--kernel-tls),
+/// and the log line that says so.
+bool kernel_tx_wanted(const config& cfg, std::string& line) {
+  if (cfg.kernel_tls == kernel_tls_mode::off) {
+    line = "kernel TLS: off (--kernel-tls=off): records are encrypted in user space";
+    return false;
+  }
+  std::string why;
+  if (wspush::server::kernel_tls_available(why)) {
+    line = "kernel TLS: offered, transmit handed to the kernel after each handshake (receiving stays in user space)";
+    return true;
+  }
+  if (cfg.kernel_tls == kernel_tls_mode::on) {
+    line = "kernel TLS: not listed by the kernel (" + why + "); --kernel-tls=on tries the handoff after each "
+           "handshake anyway, and a connection the kernel refuses stays in user space";
+    return true;
+  }
+  line = "kernel TLS: not offered (" + why + "): records are encrypted in user space";
+  return false;
+}
+
 /// The public listener's TLS, if asked for; exits with a message when the files are unusable.
 std::unique_ptr<wspush::server::tls_server> make_tls(const config& cfg) {
   if (cfg.tls_cert.empty()) return nullptr;
+  std::string kernel_line;
+  const bool kernel_tx = kernel_tx_wanted(cfg, kernel_line);
   std::unique_ptr<wspush::server::tls_server> tls;
   try {
-    tls = std::make_unique<wspush::server::tls_server>(wspush::server::tls_files{cfg.tls_cert, cfg.tls_key});
+    tls = std::make_unique<wspush::server::tls_server>(wspush::server::tls_files{cfg.tls_cert, cfg.tls_key},
+                                                       kernel_tx);
   } catch (const std::exception& e) {
     log(log_level::error, "%s", e.what());
     std::_Exit(2);
   }
   log(log_level::info, "TLS: %s (TLS 1.2-1.3, ALPN http/1.1, session tickets; SIGHUP reloads)",
       tls->current()->description().c_str());
-  std::string why;
-  if (wspush::server::kernel_tls_available(why))
-    log(log_level::info, "kernel TLS: offered by the kernel, not used yet: records are encrypted in user space");
-  else
-    log(log_level::info, "kernel TLS: not offered (%s): records are encrypted in user space", why.c_str());
+  log(log_level::info, "%s", kernel_line.c_str());
   return tls;
 }
 

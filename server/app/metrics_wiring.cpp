@@ -111,6 +111,12 @@ void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards
     m.add_counter_fn("wspush_tls_handshakes_total", sum_over(shards, [r](const shard& s) { return s.tls_stats().get(r); }),
                      {}, {{"result", tls_result_name(r)}});
   }
+  m.add_counter_fn("wspush_tls_kernel_tx_total",
+                   sum_over(shards, [](const shard& s) { return s.tls_stats().kernel_handed.get(); }), {},
+                   {{"result", "handed"}});
+  m.add_counter_fn("wspush_tls_kernel_tx_total",
+                   sum_over(shards, [](const shard& s) { return s.tls_stats().kernel_fallback.get(); }), {},
+                   {{"result", "fallback"}});
 }
 
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub) {

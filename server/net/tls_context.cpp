@@ -12,6 +12,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "server/net/ktls.hpp"
+
 namespace wspush::server {
 
 namespace {
@@ -151,7 +153,8 @@ bool ticket_keys::opening_key(const std::uint8_t* name, key& out, bool& newest) 
 
 // ---- context ------------------------------------------------------------------------------
 
-tls_context::tls_context(const tls_files& files, std::shared_ptr<ticket_keys> keys) : _keys(std::move(keys)) {
+tls_context::tls_context(const tls_files& files, std::shared_ptr<ticket_keys> keys, bool kernel_tx)
+    : _keys(std::move(keys)) {
   ERR_clear_error();
   _ctx = SSL_CTX_new(TLS_server_method());
   if (_ctx == nullptr) throw std::runtime_error("TLS: " + openssl_errors());
@@ -174,6 +177,7 @@ tls_context::tls_context(const tls_files& files, std::shared_ptr<ticket_keys> ke
   SSL_CTX_set_ex_data(_ctx, ctx_keys_index(), _keys.get());
   SSL_CTX_set_tlsext_ticket_key_evp_cb(_ctx, on_ticket_key);
   SSL_CTX_set_alpn_select_cb(_ctx, on_alpn, nullptr);
+  if (kernel_tx) ktls::capture_secrets(_ctx);
 
   if (SSL_CTX_use_certificate_chain_file(_ctx, files.cert.c_str()) != 1) fail("TLS certificate " + files.cert);
   if (SSL_CTX_use_PrivateKey_file(_ctx, files.key.c_str(), SSL_FILETYPE_PEM) != 1) fail("TLS key " + files.key);
@@ -185,9 +189,9 @@ tls_context::~tls_context() { SSL_CTX_free(_ctx); }
 
 // ---- the current context ------------------------------------------------------------------
 
-tls_server::tls_server(tls_files files)
-    : _files(std::move(files)), _keys(std::make_shared<ticket_keys>()),
-      _current(std::make_shared<tls_context>(_files, _keys)) {}
+tls_server::tls_server(tls_files files, bool kernel_tx)
+    : _files(std::move(files)), _kernel_tx(kernel_tx), _keys(std::make_shared<ticket_keys>()),
+      _current(std::make_shared<tls_context>(_files, _keys, _kernel_tx)) {}
 
 std::shared_ptr<const tls_context> tls_server::current() const {
   std::lock_guard lock(_m);
@@ -196,7 +200,7 @@ std::shared_ptr<const tls_context> tls_server::current() const {
 
 bool tls_server::reload(std::string& why) {
   try {
-    auto next = std::make_shared<tls_context>(_files, _keys);
+    auto next = std::make_shared<tls_context>(_files, _keys, _kernel_tx);
     std::lock_guard lock(_m);
     _current = std::move(next);
     return true;

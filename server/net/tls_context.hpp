@@ -56,7 +56,8 @@ class ticket_keys {
 class tls_context {
  public:
   /// Loads and checks the files; throws std::runtime_error with a message fit for the user.
-  tls_context(const tls_files& files, std::shared_ptr<ticket_keys> keys);
+  /// `kernel_tx`: handshakes keep what handing the transmit side to kernel TLS needs (ktls.hpp).
+  tls_context(const tls_files& files, std::shared_ptr<ticket_keys> keys, bool kernel_tx = false);
   ~tls_context();
   tls_context(const tls_context&) = delete;
   tls_context& operator=(const tls_context&) = delete;
@@ -74,17 +75,20 @@ class tls_context {
 /// The current context, swapped by reload().
 class tls_server {
  public:
-  /// Loads the files (throws like tls_context).
-  explicit tls_server(tls_files files);
+  /// Loads the files (throws like tls_context). `kernel_tx`: the transports hand each
+  /// connection's transmit side to kernel TLS after its handshake (where the kernel takes it).
+  explicit tls_server(tls_files files, bool kernel_tx = false);
 
   std::shared_ptr<const tls_context> current() const;
   /// Loads the files again. On success new handshakes use the new certificate; on failure the
   /// old one stays and `why` says what was wrong.
   bool reload(std::string& why);
   ticket_keys& keys() noexcept { return *_keys; }
+  bool kernel_tx() const noexcept { return _kernel_tx; }
 
  private:
   tls_files _files;
+  bool _kernel_tx;
   std::shared_ptr<ticket_keys> _keys;
   mutable std::mutex _m;
   std::shared_ptr<const tls_context> _current;

@@ -1,6 +1,7 @@
 #include "server/net/transport_tls.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -9,10 +10,12 @@
 #include <sys/socket.h>
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "server/base/log.hpp"
+#include "server/net/ktls.hpp"
 
 namespace wspush::server {
 
@@ -35,7 +38,10 @@ enum : std::uint16_t {
   f_busy = 1 << 8,          // inside pump(): the SSL object must outlive the plaintext callback
   f_shut_after = 1 << 9,    // half-close once the ciphertext (the close_notify) has left
   f_reneg = 1 << 10,        // a ClientHello arrived after the handshake
-  f_after_counted = 1 << 11 // a post-handshake problem was counted
+  f_after_counted = 1 << 11,// a post-handshake problem was counted
+  f_kernel_decided = 1 << 12,  // the handoff to kernel TLS happened, failed, or will not be tried
+  f_kernel = 1 << 13,          // the kernel seals what the connection sends
+  f_stale = 1 << 14            // OpenSSL wrote after the handoff: the connection must close
 };
 
 BIO_METHOD* bio_method();
@@ -110,12 +116,19 @@ BIO_METHOD* bio_method() {
   return m;
 }
 
-/// A renegotiation attempt: a ClientHello after the handshake (OpenSSL itself refuses it, with
-/// SSL_OP_NO_RENEGOTIATION; the connection is closed for it).
-void on_message(int write_p, int, int content_type, const void* buf, std::size_t len, SSL*, void* arg) {
-  if (write_p || content_type != SSL3_RT_HANDSHAKE || len < 1) return;
-  if (static_cast<const std::uint8_t*>(buf)[0] == SSL3_MT_CLIENT_HELLO)
-    static_cast<tls_transport*>(arg)->on_client_hello_again();
+void on_message(int write_p, int, int content_type, const void* buf, std::size_t len, SSL* ssl, void* arg) {
+  static_cast<tls_transport*>(arg)->on_tls_message(ssl, write_p, content_type, buf, len);
+}
+
+/// Once per process: the first connection whose handoff failed says why (the others only count).
+void log_fallback_once(const char* why, int err) noexcept {
+  static std::atomic<bool> logged{false};
+  if (logged.exchange(true, std::memory_order_relaxed)) return;
+  char buf[128];
+  log(log_level::warn,
+      "kernel TLS: a handoff failed (%s%s%s): such connections stay in user-space TLS, counted in "
+      "wspush_tls_kernel_tx_total{result=\"fallback\"} (logged once)",
+      why, err != 0 ? ": " : "", err != 0 ? strerror_r(err, buf, sizeof buf) : "");
 }
 
 }  // namespace
@@ -130,6 +143,14 @@ int tls_transport::bio_read(char* out, std::size_t len, std::size_t& got) noexce
 
 bool tls_transport::bio_write(const char* in, std::size_t len) noexcept {
   conn_tls& c = *_cur;
+  if (c.flags & f_kernel) {
+    // After the handoff the kernel holds the write keys and the sequence: a record OpenSSL seals
+    // now (an alert, as it fails a record) would be out of step. It is dropped, and the
+    // connection closes.
+    c.flags |= f_stale;
+    return true;
+  }
+  if (_kernel_tx && !(c.flags & f_kernel_decided)) ktls::on_ciphertext(c.ssl, in, len);
   if (!c.pend) {
     c.pend = _buffers.acquire(std::max(len, std::size_t(4096)));
     if (!c.pend) return false;
@@ -141,16 +162,28 @@ bool tls_transport::bio_write(const char* in, std::size_t len) noexcept {
   return true;
 }
 
-void tls_transport::on_client_hello_again() noexcept {
-  if (_cur != nullptr && (_cur->flags & f_done)) _cur->flags |= f_reneg;
+/// OpenSSL's message callback, inside an SSL call for `_cur`: kernel TLS counts the records
+/// written. After the handoff a KeyUpdate the peer asks for closes the connection: OpenSSL would
+/// answer it with its next write, which never comes (the kernel writes), and the kernel is not
+/// re-keyed here; sending on under the old key would break RFC 8446 4.6.3. A ClientHello after
+/// the handshake is a renegotiation attempt (OpenSSL itself refuses it, with
+/// SSL_OP_NO_RENEGOTIATION; the connection is closed for it).
+void tls_transport::on_tls_message(SSL* ssl, int write_p, int content_type, const void* buf,
+                                   std::size_t len) noexcept {
+  if (_cur == nullptr) return;
+  conn_tls& c = *_cur;
+  if (_kernel_tx && !(c.flags & f_kernel_decided)) ktls::on_message(ssl, write_p, content_type, buf, len);
+  if ((c.flags & f_kernel) && ktls::asks_key_update(write_p, content_type, buf, len)) c.flags |= f_stale;
+  if (write_p || content_type != SSL3_RT_HANDSHAKE || len < 1) return;
+  if (static_cast<const std::uint8_t*>(buf)[0] == SSL3_MT_CLIENT_HELLO && (c.flags & f_done)) c.flags |= f_reneg;
 }
 
 // ---- set-up ---------------------------------------------------------------------------------
 
 tls_transport::tls_transport(io_backend& io, const tls_server& server, pool::buffer_pool& buffers,
-                             tls_counters& counters)
-    : _io(io), _server(server), _buffers(buffers), _n(counters), _rbuf(new std::uint8_t[read_chunk]),
-      _stage(new std::uint8_t[stage_bytes]) {}
+                             tls_counters& counters, kernel_handoff handoff)
+    : _io(io), _server(server), _buffers(buffers), _n(counters), _kernel_tx(server.kernel_tx()), _handoff(handoff),
+      _rbuf(new std::uint8_t[read_chunk]), _stage(new std::uint8_t[stage_bytes]) {}
 
 tls_transport::~tls_transport() {
   for (auto& chunk : _chunks)
@@ -263,6 +296,8 @@ bool tls_transport::start_ssl(conn_tls& c) noexcept {
   BIO_set_data(bio, this);
   SSL_set_bio(ssl, bio, bio);
   SSL_set_accept_state(ssl);
+  SSL_set_msg_callback(ssl, on_message);  // from the first record: kernel TLS counts them
+  SSL_set_msg_callback_arg(ssl, this);
   c.ssl = ssl;
   ++_sessions;
   return true;
@@ -294,8 +329,6 @@ bool tls_transport::pump(conn_tls& c, conn_token t, plaintext_sink& up) noexcept
     if (r == 1) {
       c.flags |= f_done;
       count(c, SSL_session_reused(c.ssl) ? tls_result::resumed : tls_result::ok);
-      SSL_set_msg_callback(c.ssl, on_message);
-      SSL_set_msg_callback_arg(c.ssl, this);
     } else {
       const int e = SSL_get_error(c.ssl, r);
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
@@ -325,6 +358,7 @@ bool tls_transport::pump(conn_tls& c, conn_token t, plaintext_sink& up) noexcept
     if (e != SSL_ERROR_ZERO_RETURN) count(c, tls_result::bad_record);  // close_notify is a clean end
     ok = false;
   }
+  if (c.flags & f_stale) ok = false;  // OpenSSL had to write after the handoff (on_tls_message)
   _cur = nullptr;
   c.flags &= ~f_busy;
   if (c.flags & f_closed) {  // closed during the plaintext callback: finish what close() left
@@ -370,10 +404,11 @@ bool tls_transport::encrypt(conn_tls& c, const std::uint8_t* p, std::size_t n) n
   return ok;
 }
 
-send_result tls_transport::send(int, conn_token t, const iovec* iov, int iovcnt) noexcept {
+send_result tls_transport::send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept {
   conn_tls* c = find(t);
   if (c == nullptr || c->ssl == nullptr || !(c->flags & f_done) || (c->flags & f_closed))
     return {send_outcome::failed, -EPIPE, 0};
+  if (c->flags & f_kernel) return _io.send(fd, t, iov, iovcnt);  // as plain TCP: the kernel seals it
   // Small frames share records: gathered into one stage, encrypted a record at a time.
   std::size_t offered = 0, staged = 0;
   bool ok = true;
@@ -419,6 +454,7 @@ bool tls_transport::start_write(conn_tls& c, conn_token t) noexcept {
           c.flags &= ~f_shut_after;
           ::shutdown(c.fd, SHUT_WR);
         }
+        if (_kernel_tx && (c.flags & (f_done | f_kernel_decided)) == f_done) hand_off(c);
         return true;
       }
       c.flight = std::move(c.pend);
@@ -455,6 +491,10 @@ transport_event tls_transport::progress(conn_tls& c, conn_token t) noexcept {
 transport_event tls_transport::on_sent(conn_token t, int res) noexcept {
   conn_tls* c = find(t);
   if (c == nullptr) return {transport_event::sent, 0};
+  if (c->flags & f_kernel) {  // the connection's own plaintext send (ours are all done by then)
+    if (res < 0) return {transport_event::failed, 0, res};
+    return {transport_event::sent, std::size_t(res)};
+  }
   c->flags &= ~f_backend;
   if (c->flags & f_closed) {  // the connection is gone; this send held its slot
     forget(*c);
@@ -477,6 +517,28 @@ transport_event tls_transport::on_writable(int, conn_token t) noexcept {
 
 void tls_transport::wait_writable(int fd, conn_token t) noexcept { _io.wait_writable(fd, t); }
 
+// ---- kernel TLS -----------------------------------------------------------------------------
+
+/// Once per connection, when every record OpenSSL sealed has been handed to the socket (so no
+/// user-space record can follow a kernel one): the transmit side goes to the kernel, or stays
+/// here if the kernel refuses it (the socket then sends our ciphertext as before).
+void tls_transport::hand_off(conn_tls& c) noexcept {
+  c.flags |= f_kernel_decided;
+  ktls::tx_info info;
+  const char* why = "";
+  int err = 0;
+  const bool ok = ktls::extract_tx(c.ssl, info, why) && _handoff(c.fd, info, err, why);
+  ktls::forget(c.ssl);
+  OPENSSL_cleanse(&info, sizeof info);
+  if (ok) {
+    c.flags |= f_kernel;
+    _n.kernel_handed.add();
+    return;
+  }
+  _n.kernel_fallback.add();
+  log_fallback_once(why, err);
+}
+
 /// Best effort, as the connection closes: the alert OpenSSL just wrote, if nothing else of
 /// ours is in flight and the socket takes it now.
 void tls_transport::flush_best_effort(conn_tls& c) noexcept {
@@ -493,6 +555,15 @@ void tls_transport::shutdown_write(int fd, conn_token t) noexcept {
     ::shutdown(fd, SHUT_WR);
     return;
   }
+  if (c->flags & f_kernel) {
+    // The connection calls this once its output has all been sent, so the alert comes last; if
+    // the socket has no room for it now, the peer sees the end without it (after a WebSocket
+    // close, which already said the stream is complete).
+    ktls::send_close_notify(fd);
+    ::shutdown(fd, SHUT_WR);
+    return;
+  }
+  c->flags |= f_kernel_decided;  // no handoff after our close_notify
   _cur = c;
   ERR_clear_error();
   SSL_shutdown(c->ssl);  // our close_notify

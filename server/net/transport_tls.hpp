@@ -10,6 +10,12 @@
 // whole first record (the ClientHello) has arrived there is no SSL object either: a client that
 // trickles its hello, or sends nothing, holds a lease and a timer slot.
 //
+// Kernel TLS (tls_server::kernel_tx()): once the handshake is done and every record OpenSSL wrote
+// has been sent, the transmit side is handed to the kernel (ktls.hpp): from then on the
+// connection's sends go to the socket as plaintext, as plain TCP's do (the kernel seals the
+// records), and receiving stays with OpenSSL. A connection whose handoff fails stays in user
+// space, counted (wspush_tls_kernel_tx_total{result}) and logged once per process.
+//
 // Counted per outcome (wspush_tls_handshakes_total{result}): each connection counts one of ok,
 // resumed, plain_http, bad_hello, failed, incomplete, timeout; after an ok or resumed handshake
 // it may also count renegotiation, truncated or bad_record (see docs/METRICS.md).
@@ -23,6 +29,7 @@
 
 #include "pool/buffer_pool.hpp"
 #include "server/base/counter.hpp"
+#include "server/net/ktls.hpp"
 #include "server/net/tls_context.hpp"
 #include "server/net/transport.hpp"
 #include "server/reactor/io_backend.hpp"
@@ -49,6 +56,8 @@ const char* tls_result_name(tls_result r) noexcept;
 
 struct tls_counters {
   std::array<relaxed_counter, std::size_t(tls_result::count_)> results;
+  relaxed_counter kernel_handed;    ///< connections whose transmit side went to kernel TLS
+  relaxed_counter kernel_fallback;  ///< connections whose handoff failed: user space goes on
   relaxed_counter& operator[](tls_result r) noexcept { return results[std::size_t(r)]; }
   std::uint64_t get(tls_result r) const noexcept { return results[std::size_t(r)].get(); }
 };
@@ -58,7 +67,11 @@ class tls_transport final : public transport {
   /// The most plaintext one send encrypts (its ciphertext is held until the send completes).
   static constexpr std::size_t max_send = 256 * 1024;
 
-  tls_transport(io_backend& io, const tls_server& server, pool::buffer_pool& buffers, tls_counters& counters);
+  /// What installs the kernel's transmit keys on a socket (ktls::hand_off; tests substitute it).
+  using kernel_handoff = bool (*)(int fd, const ktls::tx_info& info, int& err, const char*& step) noexcept;
+
+  tls_transport(io_backend& io, const tls_server& server, pool::buffer_pool& buffers, tls_counters& counters,
+                kernel_handoff handoff = ktls::hand_off);
   ~tls_transport() override;
   tls_transport(const tls_transport&) = delete;
   tls_transport& operator=(const tls_transport&) = delete;
@@ -86,7 +99,7 @@ class tls_transport final : public transport {
   // The BIO's side (called by OpenSSL while this transport is inside an SSL call for `_cur`).
   int bio_read(char* out, std::size_t len, std::size_t& got) noexcept;
   bool bio_write(const char* in, std::size_t len) noexcept;
-  void on_client_hello_again() noexcept;
+  void on_tls_message(SSL* ssl, int write_p, int content_type, const void* buf, std::size_t len) noexcept;
 
  private:
   conn_tls* find(conn_token t) const noexcept;
@@ -102,11 +115,14 @@ class tls_transport final : public transport {
   void free_ssl(conn_tls& c) noexcept;
   void forget(conn_tls& c) noexcept;
   bool encrypt(conn_tls& c, const std::uint8_t* p, std::size_t n) noexcept;
+  void hand_off(conn_tls& c) noexcept;
 
   io_backend& _io;
   const tls_server& _server;
   pool::buffer_pool& _buffers;
   tls_counters& _n;
+  const bool _kernel_tx;  // hand the transmit side to kernel TLS after each handshake
+  const kernel_handoff _handoff;
   std::vector<std::unique_ptr<conn_tls[]>> _chunks;  // by slot, 1024 per chunk
   conn_tls* _cur = nullptr;                          // the connection of the SSL call under way
   std::span<const std::uint8_t> _in;                 // what the BIO may read for it

@@ -15,6 +15,9 @@ made here and verified by the clients.
   trickled by a few bytes while a real client is served, renegotiation (openssl s_client), a
   peer vanishing mid-record, a record that does not decrypt.
 - SIGTERM still drains and exits with TLS connections open.
+- Kernel TLS (--kernel-tls): the start-up line says what is done; wss works with auto, on and off;
+  wspush_tls_kernel_tx_total{result} counts the handoffs, or (a kernel without the "tls" ULP,
+  --kernel-tls=on) the fallbacks to user space, with one log line per process.
 
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
@@ -54,6 +57,32 @@ def wait_count(server: ServerProcess, result: str, at_least: float, seconds: flo
         if n >= at_least or time.monotonic() > deadline:
             return n
         time.sleep(0.05)
+
+
+def kernel_offers_tls() -> bool:
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_ulp") as f:
+            return "tls" in f.read().split()
+    except OSError:
+        return False
+
+
+def kernel_tx(server: ServerProcess, result: str) -> float:
+    """-1 when the series is missing."""
+    return scrape_metrics(admin_port(server)).get(f'wspush_tls_kernel_tx_total{{result="{result}"}}', -1)
+
+
+def wait_kernel_tx(server: ServerProcess, result: str, at_least: float, seconds: float = 10) -> float:
+    deadline = time.monotonic() + scaled(seconds)
+    while True:
+        n = kernel_tx(server, result)
+        if n >= at_least or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)
+
+
+def kernel_line(server: ServerProcess) -> str:
+    return next((l for l in server.log if "kernel TLS: " in l), "")
 
 
 def publish(admin: int, topic: str, data) -> None:
@@ -357,6 +386,49 @@ def vanished_peers_bytes_stay_theirs(server: ServerProcess, cert: str) -> None:
     check(not bad, f"admin answers that were not HTTP: {bad[:3]}")
 
 
+# ---- kernel TLS ---------------------------------------------------------------------------------
+
+def kernel_tls_auto(server: ServerProcess) -> None:
+    """The default (auto), after the connections above: handed over where the kernel offers the
+    ULP, else nothing tried and nothing counted."""
+    line = kernel_line(server)
+    if kernel_offers_tls():
+        check("kernel TLS: offered, transmit handed to the kernel after each handshake" in line, f"log: {line!r}")
+        check(wait_kernel_tx(server, "handed", 1) >= 1, "no handoff counted")
+    else:
+        check("kernel TLS: not offered (" in line and "user space" in line, f"log: {line!r}")
+        check(kernel_tx(server, "handed") == 0 and kernel_tx(server, "fallback") == 0,
+              f"handed {kernel_tx(server, 'handed')}, fallback {kernel_tx(server, 'fallback')} without a handoff")
+
+
+def kernel_tls_mode(args, cert: str, key: str, mode: str) -> None:
+    """A server with --kernel-tls=MODE: wss and https work (TLS 1.3 and 1.2, resumed too) and the
+    log line and the counters say what happened."""
+    extra = tls_args(cert, key) + [f"--kernel-tls={mode}"]
+    with ServerProcess(args.server, io=args.io, mode="pubsub", extra=extra, quiet=not args.verbose) as server:
+        asyncio.run(wss_pubsub(server, cert))
+        https_page(server, cert)
+        versions_and_resumption(server, cert)
+        line = kernel_line(server)
+        failed_lines = [l for l in server.log if "kernel TLS: a handoff failed" in l]
+        if mode == "off":
+            check("kernel TLS: off (--kernel-tls=off)" in line, f"log: {line!r}")
+            check(kernel_tx(server, "handed") == 0 and kernel_tx(server, "fallback") == 0, "off, yet counted")
+            check(not failed_lines, f"off, yet a handoff was tried: {failed_lines}")
+        elif kernel_offers_tls():
+            check("kernel TLS: offered, transmit handed" in line, f"log: {line!r}")
+            check(wait_kernel_tx(server, "handed", 6) >= 6, f"handed {kernel_tx(server, 'handed')} of 6 connections")
+            check(kernel_tx(server, "fallback") == 0, "a handoff failed where the kernel offers the ULP")
+        else:
+            # This kernel lacks the ULP: every connection tries, is refused, and stays in user space.
+            check("kernel TLS: not listed by the kernel" in line and "--kernel-tls=on" in line, f"log: {line!r}")
+            check(wait_kernel_tx(server, "fallback", 6) >= 6, f"fallback {kernel_tx(server, 'fallback')} of 6 connections")
+            check(kernel_tx(server, "handed") == 0, "handed over on a kernel without the ULP")
+            check(len(failed_lines) == 1 and "TCP_ULP" in failed_lines[0],
+                  f"the failure should be logged once, naming the step: {failed_lines}")
+        check(not server.crashed(), "the server crashed\n" + server.log_tail())
+
+
 def main(args) -> None:
     quiet = not args.verbose
     with tempfile.TemporaryDirectory() as tmp:
@@ -367,6 +439,7 @@ def main(args) -> None:
             f = Findings()
             f.step("wss: ALPN, subscribe, publishes", lambda: asyncio.run(wss_pubsub(server, cert)))
             f.step("https: the page", https_page, server, cert)
+            f.step("kernel TLS: auto", kernel_tls_auto, server)
             f.step("TLS 1.3 and 1.2, resumption", versions_and_resumption, server, cert)
             f.step("an old cipher is refused", old_cipher_refused, server, cert)
             f.step("plain HTTP to the TLS port", plain_http, server)
@@ -381,6 +454,9 @@ def main(args) -> None:
             now_cert = os.path.join(tmp, "next.crt")  # what the server presents after the reload
             f.step("drain with TLS connections open", lambda: asyncio.run(drain_with_tls_open(server, now_cert)))
             check(not server.crashed(), "the server crashed\n" + server.log_tail())
+            ktls_cert, ktls_key = make_cert(tmp, "ktls")
+            f.step("kernel TLS: --kernel-tls=on", kernel_tls_mode, args, ktls_cert, ktls_key, "on")
+            f.step("kernel TLS: --kernel-tls=off", kernel_tls_mode, args, ktls_cert, ktls_key, "off")
             f.done()
 
 

@@ -62,6 +62,15 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK(parse({"--tls-cert", "a.pem", "--tls-key", "k.pem"}).tls_cert == "a.pem");
 }
 
+TEST_CASE("config: --kernel-tls is auto unless said otherwise") {
+  CHECK(parse({}).kernel_tls == kernel_tls_mode::automatic);
+  CHECK(parse({"--kernel-tls=off"}).kernel_tls == kernel_tls_mode::off);
+  CHECK(parse({"--kernel-tls", "on"}).kernel_tls == kernel_tls_mode::on);
+  CHECK(parse({"--kernel-tls=auto"}).kernel_tls == kernel_tls_mode::automatic);
+  CHECK_THROWS_WITH(parse({"--kernel-tls=yes"}), Catch::Contains("auto, on or off"));
+  CHECK_THAT(help_text(), Catch::Contains("--kernel-tls auto|on|off") && Catch::Contains("[default: auto]"));
+}
+
 TEST_CASE("config: --help lists every option with its default") {
   std::string h = help_text();
   for (const char* opt : {"--listen", "--mode", "--io", "--threads", "--auth", "--max-frame-bytes", "--max-message-bytes",
