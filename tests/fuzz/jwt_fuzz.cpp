@@ -4,7 +4,7 @@
 // the error is one of the enum; a signed token is never refused as malformed, unsupported or
 // badly signed unless it is over the size bound; on success every view lies in the storage,
 // every grant is a valid pattern that grants itself, re-encoding the grants gives the same
-// bytes, and the token has not expired.
+// bytes, and the token has not expired and is valid already (nbf, with its leeway).
 
 #include <array>
 #include <cstddef>
@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::span<char> store(storage.data(), storage_size);
   jwt_claims claims;
   const jwt_result r = verifier.verify(token, now, store, claims);
-  WSPUSH_FUZZ_CHECK(r.error <= jwt_error::expired);
+  WSPUSH_FUZZ_CHECK(r.error <= jwt_error::not_yet_valid);
   WSPUSH_FUZZ_CHECK(r.ok() == r.message.empty());
   if (signed_token && token.size() <= max_token_bytes && !input.empty()) {
     WSPUSH_FUZZ_CHECK(r.error != jwt_error::malformed);
@@ -71,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (!r.ok()) return 0;
   WSPUSH_FUZZ_CHECK(claims.exp > now);
+  WSPUSH_FUZZ_CHECK(claims.nbf <= now + jwt_nbf_leeway_seconds);
   WSPUSH_FUZZ_CHECK(inside(claims.sub, store));
   check_grants(claims.topics, store);
   check_grants(claims.pub, store);
