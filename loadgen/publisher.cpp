@@ -145,7 +145,7 @@ int publisher::run() noexcept {
 }
 
 bool publisher::finished() const noexcept {
-  return _next >= _o.messages && _out_off == _out.size() && _inflight == 0 && _retry.empty();
+  return _next >= _o.messages && _out_off == _out.size() && _inflight.empty() && _retry.empty();
 }
 
 void publisher::publish_loop() noexcept {
@@ -167,7 +167,7 @@ void publisher::publish_loop() noexcept {
     }
     std::uint64_t wake = std::min(_next_sample_ns, now + 100'000'000);
     const bool can_add = _next < _o.messages && !_want_out &&
-                         (_o.via == publish_via::ws || _inflight < _o.pipeline);
+                         (_o.via == publish_via::ws || _inflight.size() < _o.pipeline);
     if (can_add) wake = std::min(wake, now + _limit.wait_ns(now));
     if (!_retry.empty() && !_want_out) wake = std::min(wake, std::max(now, _retry.front().second));
     epoll_event events[8];
@@ -181,7 +181,7 @@ void publisher::publish_loop() noexcept {
       }
     }
   }
-  if (_inflight > 0) _c[ctr::publish_errors] += _inflight;   // never answered within the bound
+  _c[ctr::publish_errors] += _inflight.size();                // never answered within the bound
   _c[ctr::publish_errors] += _retry.size();                   // refused, and the bound ran out first
 }
 
@@ -192,7 +192,7 @@ void publisher::fill(std::uint64_t now) noexcept {
     _out_off = 0;
   }
   std::uint64_t room = 64;
-  if (_o.via == publish_via::admin) room = _o.pipeline > _inflight ? _o.pipeline - _inflight : 0;
+  if (_o.via == publish_via::admin) room = _o.pipeline > _inflight.size() ? _o.pipeline - _inflight.size() : 0;
   while (room > 0 && !_retry.empty() && _retry.front().second <= now) {   // refused ones first, outside the rate
     encode_one(_retry.front().first, now_ns(), true);
     _retry.pop_front();
@@ -212,13 +212,12 @@ void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexc
   _c.last_send_ns = now;
   if (!again) ++_c[ctr::sent];
   if (_o.via == publish_via::admin) {
-    _inflight_k.push_back(k);
+    _inflight.push_back(k);
     const std::string body = make_publish_body(topic, payload);
     _out.append("POST /publish HTTP/1.1\r\nHost: ").append(_o.admin_host);
     _out.append("\r\nContent-Type: application/json\r\nContent-Length: ").append(std::to_string(body.size()));
     if (!_o.api_key.empty()) _out.append("\r\nAuthorization: Bearer ").append(_o.api_key);
     _out.append("\r\n\r\n").append(body);
-    ++_inflight;
     return;
   }
   const std::string pub = _o.proto == protocol::pubsub ? make_pub(topic, payload) : std::string(payload);
@@ -320,12 +319,10 @@ void publisher::on_readable() noexcept {
 /// bus took it and did not answer: it may arrive, so it is not sent again (that could deliver
 /// it twice); it is counted, and so is its loss if it never arrives.
 void publisher::on_response(int status) noexcept {
-  if (_inflight > 0) --_inflight;
-  ++_answered;
   std::uint64_t k = 0;
-  if (!_inflight_k.empty()) {
-    k = _inflight_k.front();
-    _inflight_k.pop_front();
+  if (!_inflight.empty()) {
+    k = _inflight.front();
+    _inflight.pop_front();
   }
   if (status == 200) return;
   if (status == 503) {
@@ -346,9 +343,8 @@ void publisher::lose_connection() noexcept {
   if (_fd < 0) return;
   ::close(_fd);
   _fd = -1;
-  _c[ctr::publish_errors] += _inflight;
-  _inflight = 0;
-  _inflight_k.clear();
+  _c[ctr::publish_errors] += _inflight.size();
+  _inflight.clear();
   if (_out_off < _out.size() && _o.via == publish_via::ws) ++_c[ctr::publish_errors];   // a partly sent batch
   _out.clear();
   _out_off = 0;

@@ -83,9 +83,7 @@ private:
   std::size_t _out_off = 0;
   std::vector<char> _payload;
   std::uint64_t _next = 0;        ///< next message number to encode
-  std::uint64_t _answered = 0;    ///< admin: responses received (or given up on)
-  std::uint64_t _inflight = 0;    ///< admin: requests sent, not answered
-  std::deque<std::uint64_t> _inflight_k;  ///< admin: the message number of each, in order
+  std::deque<std::uint64_t> _inflight;  ///< admin: the message number of each request sent and not answered, in order
   /// admin: publishes answered 503 (nothing was published), sent again with the same number
   /// when due (Retry-After), so a refusal leaves no gap for the subscribers to count
   std::deque<std::pair<std::uint64_t, std::uint64_t>> _retry;  ///< (number, due ns)
