@@ -49,14 +49,19 @@ def tls_count(server: ServerProcess, result: str) -> float:
     return scrape_metrics(admin_port(server)).get(f'wspush_tls_handshakes_total{{result="{result}"}}', 0)
 
 
-def wait_count(server: ServerProcess, result: str, at_least: float, seconds: float = 10) -> float:
-    """The counter is bumped on the server's thread as it closes; poll the scrape until it shows."""
+def wait_at_least(read, at_least: float, seconds: float = 10) -> float:
+    """Counters are bumped on the server's threads (a handshake's as it closes): poll `read` (a
+    scrape) until it shows `at_least`, or the time is up; returns the last reading."""
     deadline = time.monotonic() + scaled(seconds)
     while True:
-        n = tls_count(server, result)
+        n = read()
         if n >= at_least or time.monotonic() > deadline:
             return n
         time.sleep(0.05)
+
+
+def wait_count(server: ServerProcess, result: str, at_least: float, seconds: float = 10) -> float:
+    return wait_at_least(lambda: tls_count(server, result), at_least, seconds)
 
 
 def kernel_offers_tls() -> bool:
@@ -73,12 +78,7 @@ def kernel_tx(server: ServerProcess, result: str) -> float:
 
 
 def wait_kernel_tx(server: ServerProcess, result: str, at_least: float, seconds: float = 10) -> float:
-    deadline = time.monotonic() + scaled(seconds)
-    while True:
-        n = kernel_tx(server, result)
-        if n >= at_least or time.monotonic() > deadline:
-            return n
-        time.sleep(0.05)
+    return wait_at_least(lambda: kernel_tx(server, result), at_least, seconds)
 
 
 def kernel_line(server: ServerProcess) -> str:
