@@ -16,50 +16,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <openssl/bio.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <unistd.h>
 
 #include "fuzz_check.hpp"
 #include "pool/buffer_pool.hpp"
 #include "server/net/tls_context.hpp"
 #include "server/net/transport_tls.hpp"
+#include "tests/unit/server/net/tls_test_support.hpp"
 
 using namespace wspush::server;
+using namespace wspush::test;
 
 namespace {
-
-/// A backend that takes every send whole and keeps the bytes per connection.
-class capture_backend final : public io_backend {
- public:
-  const char* name() const noexcept override { return "capture"; }
-  bool add_listener(int, int) noexcept override { return true; }
-  void pause_accept(int) noexcept override {}
-  void resume_accept(int) noexcept override {}
-  bool start_reading(int, conn_token) noexcept override { return true; }
-  void stop_reading(int, conn_token) noexcept override {}
-  send_result send(int, conn_token, const iovec* iov, int n) noexcept override {
-    std::size_t total = 0;
-    for (int k = 0; k < n; ++k) {
-      wire.append(static_cast<const char*>(iov[k].iov_base), iov[k].iov_len);
-      total += iov[k].iov_len;
-    }
-    return {send_outcome::completed, 0, total};
-  }
-  void wait_writable(int, conn_token) noexcept override {}
-  void close(int, conn_token) noexcept override { ++closes; }
-  void poll(io_handler&, int) noexcept override {}
-  void wake() noexcept override {}
-
-  std::string wire;  // what the transport wrote, not yet given to the client
-  int closes = 0;
-};
 
 struct sink final : plaintext_sink {
   void on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noexcept override {
@@ -75,43 +48,13 @@ struct sink final : plaintext_sink {
   bool closed = false;
 };
 
-/// A throwaway P-256 certificate for localhost, written where tls_context can load it.
-std::string write_test_cert() {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  X509* x = X509_new();
-  X509_set_version(x, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-  X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-  X509_set_pubkey(x, key);
-  X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
-  X509_set_issuer_name(x, name);
-  X509_sign(x, key, EVP_sha256());
-  char dir[] = "/tmp/wspush-tls-fuzz-XXXXXX";
-  WSPUSH_FUZZ_CHECK(mkdtemp(dir) != nullptr);
-  const std::string base(dir);
-  FILE* f = std::fopen((base + "/cert.pem").c_str(), "w");
-  PEM_write_X509(f, x);
-  std::fclose(f);
-  f = std::fopen((base + "/key.pem").c_str(), "w");
-  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
-  std::fclose(f);
-  X509_free(x);
-  EVP_PKEY_free(key);
-  return base;
-}
-
 struct world {
-  world() : dir(write_test_cert()), server(tls_files{dir + "/cert.pem", dir + "/key.pem"}),
-            tls(io, server, buffers, counters) {
-    std::remove((dir + "/cert.pem").c_str());
-    std::remove((dir + "/key.pem").c_str());
-    ::rmdir(dir.c_str());
+  world() : cert(std::in_place), server(cert->files), tls(io, server, buffers, counters) {
+    cert.reset();  // loaded: the files go
     client_ctx = SSL_CTX_new(TLS_client_method());
     SSL_CTX_set_verify(client_ctx, SSL_VERIFY_NONE, nullptr);
   }
-  std::string dir;
+  std::optional<test_cert> cert;
   capture_backend io;
   wspush::pool::buffer_pool buffers;
   tls_counters counters;
@@ -119,26 +62,6 @@ struct world {
   tls_transport tls;
   SSL_CTX* client_ctx = nullptr;
   std::uint32_t generation = 0;
-};
-
-/// An OpenSSL client over memory BIOs.
-struct client {
-  explicit client(SSL_CTX* ctx) : ssl(SSL_new(ctx)), in(BIO_new(BIO_s_mem())), out(BIO_new(BIO_s_mem())) {
-    SSL_set_bio(ssl, in, out);
-    SSL_set_connect_state(ssl);
-    SSL_set_tlsext_host_name(ssl, "localhost");
-  }
-  ~client() { SSL_free(ssl); }
-  std::string take_output() {
-    std::string s;
-    char buf[16384];
-    int n;
-    while ((n = BIO_read(out, buf, sizeof buf)) > 0) s.append(buf, std::size_t(n));
-    return s;
-  }
-  SSL* ssl;
-  BIO* in;
-  BIO* out;
 };
 
 /// Hands `bytes` to the transport in pieces; false once the transport says close.
@@ -155,7 +78,7 @@ bool feed(world& w, conn_token t, std::string bytes, wspush::fuzz::splitter& cut
 }
 
 /// Drives the client's handshake against the transport; true when both ends finished.
-bool handshake(world& w, conn_token t, client& c, wspush::fuzz::splitter& cut, sink& up) {
+bool handshake(world& w, conn_token t, mem_client& c, wspush::fuzz::splitter& cut, sink& up) {
   for (int round = 0; round < 8; ++round) {
     const int r = SSL_do_handshake(c.ssl);
     if (!feed(w, t, c.take_output(), cut, up)) return false;
@@ -187,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (mode == 0) {
     open = feed(w, t, payload, cut, up);
   } else {
-    client c(w.client_ctx);
+    mem_client c(w.client_ctx);
     open = handshake(w, t, c, cut, up);
     if (open && mode == 1) {
       open = feed(w, t, payload, cut, up);

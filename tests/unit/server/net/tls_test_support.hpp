@@ -1,5 +1,6 @@
 #pragma once
-// For the TLS unit tests: a throwaway certificate, and an OpenSSL client over memory BIOs.
+// For the TLS unit tests and the TLS record fuzz target: a throwaway certificate, a backend that
+// captures what the transport sends, and an OpenSSL client over memory BIOs.
 
 #include <cstdio>
 #include <stdexcept>
@@ -17,11 +18,11 @@
 #include <unistd.h>
 
 #include "server/net/tls_context.hpp"
+#include "server/reactor/io_backend.hpp"
 
 namespace wspush::test {
 
-/// A P-256 certificate for localhost, loaded into tls_files that are removed again once the
-/// caller has loaded them (call remove()).
+/// A P-256 certificate for localhost in tls_files; the files go with the object.
 struct test_cert {
   test_cert() {
     EVP_PKEY* key = EVP_EC_gen("P-256");
@@ -55,6 +56,37 @@ struct test_cert {
   }
   std::string dir;
   server::tls_files files;
+};
+
+/// Takes every send whole, at once or (hold) as a send in flight the test completes later.
+class capture_backend final : public server::io_backend {
+ public:
+  const char* name() const noexcept override { return "capture"; }
+  bool add_listener(int, int) noexcept override { return true; }
+  void pause_accept(int) noexcept override {}
+  void resume_accept(int) noexcept override {}
+  bool start_reading(int, server::conn_token) noexcept override { return true; }
+  void stop_reading(int, server::conn_token) noexcept override {}
+  server::send_result send(int, server::conn_token, const iovec* iov, int n) noexcept override {
+    std::size_t total = 0;
+    for (int k = 0; k < n; ++k) {
+      wire.append(static_cast<const char*>(iov[k].iov_base), iov[k].iov_len);
+      total += iov[k].iov_len;
+    }
+    if (!hold) return {server::send_outcome::completed, 0, total};
+    held = total;
+    return {server::send_outcome::pending, 0, 0};
+  }
+  void wait_writable(int, server::conn_token) noexcept override {}
+  void close(int, server::conn_token) noexcept override {}
+  void poll(server::io_handler&, int) noexcept override {}
+  void wake() noexcept override {}
+
+  std::string take() { return std::exchange(wire, {}); }
+
+  std::string wire;  // what the transport wrote, not yet given to the client
+  bool hold = false;
+  std::size_t held = 0;
 };
 
 /// A client context: TLS 1.3 with `suites`, or TLS 1.2 with `ciphers` (the other left empty).

@@ -24,37 +24,6 @@ using namespace wspush::test;
 
 namespace {
 
-/// Takes every send whole, at once or (hold) as a send in flight the test completes later.
-class capture_backend final : public io_backend {
- public:
-  const char* name() const noexcept override { return "capture"; }
-  bool add_listener(int, int) noexcept override { return true; }
-  void pause_accept(int) noexcept override {}
-  void resume_accept(int) noexcept override {}
-  bool start_reading(int, conn_token) noexcept override { return true; }
-  void stop_reading(int, conn_token) noexcept override {}
-  send_result send(int, conn_token, const iovec* iov, int n) noexcept override {
-    std::size_t total = 0;
-    for (int k = 0; k < n; ++k) {
-      wire.append(static_cast<const char*>(iov[k].iov_base), iov[k].iov_len);
-      total += iov[k].iov_len;
-    }
-    if (!hold) return {send_outcome::completed, 0, total};
-    held = total;
-    return {send_outcome::pending, 0, 0};
-  }
-  void wait_writable(int, conn_token) noexcept override {}
-  void close(int, conn_token) noexcept override {}
-  void poll(io_handler&, int) noexcept override {}
-  void wake() noexcept override {}
-
-  std::string take() { return std::exchange(wire, {}); }
-
-  std::string wire;  // what the transport wrote, not yet given to the client
-  bool hold = false;
-  std::size_t held = 0;
-};
-
 struct sink final : plaintext_sink {
   void on_plaintext(conn_token, std::span<std::uint8_t> bytes) noexcept override {
     got.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
