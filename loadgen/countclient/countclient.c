@@ -49,9 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef IP_BIND_ADDRESS_NO_PORT
-#define IP_BIND_ADDRESS_NO_PORT 24
-#endif
+#include "common.h"
 
 static int g_port, g_conns, g_msgs, g_size = 64, g_procs = 1, g_server_pid, g_timeout = 120;
 static double g_linger = 0, g_gap = 0.5;
@@ -63,12 +61,6 @@ static SSL_CTX *g_ctx;      /* only with --tls */
 static SSL **g_ssl;         /* per receiver connection, only with --tls */
 static SSL *g_pub_ssl;      /* the publisher's, only with --tls */
 static const char *KEY = "dGhlIHNhbXBsZSBub25jZQ==";
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *msg) {
   fprintf(stderr, "countclient: %s\n", msg);
@@ -91,33 +83,12 @@ enum { S_CONNECTING, S_SENDING, S_RESPONSE, S_UP, S_DEAD, S_HANDSHAKE };
 struct rconn {
   int fd;
   unsigned char state;
-  unsigned char hlen;     /* header bytes gathered */
-  unsigned char hneed;    /* header size once known */
-  unsigned char op;
   unsigned short sent;    /* request bytes sent / response bytes matched */
-  uint64_t skip;          /* payload bytes left in the current frame */
-  unsigned char hdr[14];
+  struct frames fr;       /* in the upgrade, fr.hlen counts the status line's bytes matched */
 };
 
 static char g_req[512];
 static int g_reqlen;
-
-static int open_conn(int idx) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
-  if (fd < 0) return -1;
-  int one = 1;
-  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-  struct sockaddr_in src = {.sin_family = AF_INET};
-  src.sin_addr.s_addr = htonl((127u << 24) | (uint32_t)(2 + idx % 249));
-  if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0) { close(fd); return -1; }
-  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(g_port)};
-  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0 && errno != EINPROGRESS) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 /* ----------------------------------------------------------------------- TLS */
 
@@ -160,35 +131,6 @@ static ssize_t tls_io(SSL *s, void *p, size_t n, int op) {
 #define tls_peek(s, p, n) tls_io(s, p, n, 1)
 #define tls_send(s, p, n) tls_io(s, (void *)(p), n, 2)
 
-/* Consume frame bytes; counts complete text frames. */
-static long long consume(struct rconn *c, const unsigned char *p, size_t n) {
-  long long frames = 0;
-  while (n > 0) {
-    if (c->skip > 0) {
-      size_t k = n < c->skip ? n : (size_t)c->skip;
-      p += k, n -= k, c->skip -= k;
-      if (c->skip == 0 && c->op == 1) frames++;
-      continue;
-    }
-    c->hdr[c->hlen++] = *p++, n--;
-    if (c->hlen == 2) {
-      unsigned l = c->hdr[1] & 0x7f;
-      c->hneed = 2 + (l == 126 ? 2 : l == 127 ? 8 : 0) + ((c->hdr[1] & 0x80) ? 4 : 0);
-    }
-    if (c->hlen >= 2 && c->hlen == c->hneed) {
-      unsigned l = c->hdr[1] & 0x7f;
-      uint64_t len = l;
-      if (l == 126) len = ((uint64_t)c->hdr[2] << 8) | c->hdr[3];
-      else if (l == 127) { len = 0; for (int i = 2; i < 10; i++) len = (len << 8) | c->hdr[i]; }
-      c->op = c->hdr[0] & 0x0f;
-      c->hlen = 0;
-      c->skip = len;
-      if (len == 0 && c->op == 1) frames++;
-    }
-  }
-  return frames;
-}
-
 /* TLS: read what a connection has and count, also what OpenSSL already buffered (which
    epoll cannot see). */
 static void tls_read_conn(int ep, struct rconn *c, SSL *s, unsigned char *buf, size_t size, long long *count,
@@ -197,7 +139,7 @@ static void tls_read_conn(int ep, struct rconn *c, SSL *s, unsigned char *buf, s
   do {
     r = tls_recv(s, buf, size);
     if (r > 0) {
-      long long f = consume(c, buf, r);
+      long long f = count_frames(&c->fr, buf, r);
       if (f) { *count += f; *last = now_s(); }
     } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
       c->state = S_DEAD;
@@ -228,7 +170,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
   /* Phase 1: connect and upgrade, at most max_inflight at a time. */
   while (up + dead < n) {
     while (opened < n && inflight < max_inflight) {
-      int fd = open_conn(idx0 + opened);
+      int fd = open_conn_from(idx0 + opened, g_port);
       struct rconn *c = &cs[opened];
       if (fd < 0) {
         snprintf(rep.msg, sizeof rep.msg, "socket/bind/connect #%d: %s", idx0 + opened, strerror(errno));
@@ -305,11 +247,11 @@ static void child(int idx0, int n, int wfd, int rfd) {
         if (r < 0 && errno == EPROTO) { snprintf(rep.msg, sizeof rep.msg, "TLS error during upgrade"); goto fail; }
         if (r < 0) break;
         int end = -1;
-        /* c->sent tracks how many of "\r\n\r\n" matched; c->hlen how many of "HTTP/1.1 101" */
+        /* c->sent tracks how many of "\r\n\r\n" matched; c->fr.hlen how many of "HTTP/1.1 101" */
         for (int j = 0; j < r; j++) {
-          if (c->hlen < 12) {
-            if (b[j] != resp[c->hlen]) { snprintf(rep.msg, sizeof rep.msg, "upgrade refused: %.60s", b); goto fail; }
-            c->hlen++;
+          if (c->fr.hlen < 12) {
+            if (b[j] != resp[c->fr.hlen]) { snprintf(rep.msg, sizeof rep.msg, "upgrade refused: %.60s", b); goto fail; }
+            c->fr.hlen++;
           }
           char want = (c->sent % 2 == 0) ? '\r' : '\n';
           if (b[j] == want) c->sent++;
@@ -320,7 +262,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
         else recv(c->fd, b, end > 0 ? end : r, 0);
         if (end > 0) {
           c->state = S_UP;
-          c->hlen = 0;
+          c->fr.hlen = 0;
           c->sent = 0;
           up++, inflight--;
           if (s && SSL_has_pending(s)) tls_read_conn(ep, c, s, buf, sizeof buf, &count, &last);
@@ -351,7 +293,7 @@ static void child(int idx0, int n, int wfd, int rfd) {
       if (g_tls) { tls_read_conn(ep, c, g_ssl[evs[i].data.u64], buf, sizeof buf, &count, &last); continue; }
       ssize_t r = recv(c->fd, buf, sizeof buf, 0);
       if (r > 0) {
-        long long f = consume(c, buf, r);
+        long long f = count_frames(&c->fr, buf, r);
         if (f) { count += f; last = now_s(); }
       } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
         c->state = S_DEAD;
@@ -373,41 +315,6 @@ fail:
 
 /* ------------------------------------------------------------------ parent */
 
-static int read_cpu(long *ticks, long long *ns) {
-  char p[64], b[1024];
-  *ticks = 0, *ns = 0;
-  if (!g_server_pid) return 0;
-  snprintf(p, sizeof p, "/proc/%d/stat", g_server_pid);
-  FILE *f = fopen(p, "r");
-  if (!f) return -1;
-  size_t r = fread(b, 1, sizeof b - 1, f);
-  fclose(f);
-  b[r] = 0;
-  char *s = strrchr(b, ')');
-  if (!s) return -1;
-  long ut = 0, st = 0;
-  /* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime(14) stime(15) */
-  if (sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2) return -1;
-  *ticks = ut + st;
-  snprintf(p, sizeof p, "/proc/%d/task", g_server_pid);
-  DIR *d = opendir(p);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (e->d_name[0] == '.') continue;
-      char q[320];
-      snprintf(q, sizeof q, "/proc/%d/task/%s/schedstat", g_server_pid, e->d_name);
-      FILE *g = fopen(q, "r");
-      if (!g) continue;
-      long long v = 0;
-      if (fscanf(g, "%lld", &v) == 1) *ns += v;
-      fclose(g);
-    }
-    closedir(d);
-  }
-  return 0;
-}
-
 /* The server's VmRSS in kB, -1 if unknown. */
 static long read_rss_kb(void) {
   char p[64], line[256];
@@ -426,7 +333,7 @@ static ssize_t pub_recv(int fd, struct rconn *pc, unsigned char *buf, size_t siz
   ssize_t r;
   do {
     r = g_pub_ssl ? tls_recv(g_pub_ssl, buf, size) : recv(fd, buf, size, 0);
-    if (r > 0) *echoes += consume(pc, buf, r);
+    if (r > 0) *echoes += count_frames(&pc->fr, buf, r);
   } while (r > 0 && g_pub_ssl && SSL_has_pending(g_pub_ssl));
   return r;
 }
@@ -602,7 +509,7 @@ int main(int argc, char **argv) {
       if (b > 0) usleep((useconds_t)(g_gap * 1e6));
       long ticks0, ticks1;
       long long ns0, ns1;
-      read_cpu(&ticks0, &ns0);
+      read_cpu_of(g_server_pid, &ticks0, &ns0);
       double t0 = now_s();
       size_t off = 0;
       int writes = 0, done = 0;
@@ -639,7 +546,7 @@ int main(int argc, char **argv) {
           done++;
         }
       }
-      read_cpu(&ticks1, &ns1);
+      read_cpu_of(g_server_pid, &ticks1, &ns1);
       if (done < g_procs) {
         /* timeout: collect partial counts */
         for (int k = 0; k < g_procs; k++) if (pf[k].fd >= 0) close(cmd[k]), cmd[k] = -1;

@@ -37,21 +37,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef IP_BIND_ADDRESS_NO_PORT
-#define IP_BIND_ADDRESS_NO_PORT 24
-#endif
+#include "common.h"
 
 static int g_port, g_admin_port, g_conns, g_msgs, g_size = 64, g_procs = 1, g_server_pid, g_timeout = 60;
 static int g_pipeline = 32;
 static const char *g_path = "/ws", *g_topic = "lg-fanout";
 static char g_req[512], g_sub[256];
 static int g_reqlen, g_sublen;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *msg) {
   fprintf(stderr, "subcount: %s\n", msg);
@@ -73,57 +65,9 @@ enum { S_CONNECTING, S_RESPONSE, S_SUBSCRIBING, S_UP };
 struct rconn {
   int fd;
   unsigned char state;
-  unsigned char hlen, hneed, op; /* frame header bytes gathered, needed; its opcode */
-  unsigned char matched;         /* response: bytes of "\r\n\r\n" matched */
-  unsigned char hdr[14];
-  uint64_t skip; /* payload bytes left in the current frame */
+  unsigned char matched; /* response: bytes of "\r\n\r\n" matched */
+  struct frames fr;      /* in the upgrade, fr.hlen says the status line was checked */
 };
-
-/* Consumes frame bytes; returns the text frames completed. */
-static long long consume(struct rconn *c, const unsigned char *p, size_t n) {
-  long long frames = 0;
-  while (n > 0) {
-    if (c->skip > 0) {
-      size_t k = n < c->skip ? n : (size_t)c->skip;
-      p += k, n -= k, c->skip -= k;
-      if (c->skip == 0 && c->op == 1) frames++;
-      continue;
-    }
-    c->hdr[c->hlen++] = *p++, n--;
-    if (c->hlen == 2) {
-      unsigned l = c->hdr[1] & 0x7f;
-      c->hneed = 2 + (l == 126 ? 2 : l == 127 ? 8 : 0);
-    }
-    if (c->hlen >= 2 && c->hlen == c->hneed) {
-      unsigned l = c->hdr[1] & 0x7f;
-      uint64_t len = l;
-      if (l == 126) len = ((uint64_t)c->hdr[2] << 8) | c->hdr[3];
-      else if (l == 127) { len = 0; for (int i = 2; i < 10; i++) len = (len << 8) | c->hdr[i]; }
-      c->op = c->hdr[0] & 0x0f;
-      c->hlen = 0;
-      c->skip = len;
-      if (len == 0 && c->op == 1) frames++;
-    }
-  }
-  return frames;
-}
-
-static int open_conn(int idx) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
-  if (fd < 0) return -1;
-  int one = 1;
-  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-  struct sockaddr_in src = {.sin_family = AF_INET};
-  src.sin_addr.s_addr = htonl((127u << 24) | (uint32_t)(2 + idx % 249));
-  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(g_port)};
-  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0 ||
-      (connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0 && errno != EINPROGRESS)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 /* One readable event during set-up: the 101 head (the server sends nothing behind it before
    the sub), then the subbed reply. Returns 1 when the connection is up, -1 on failure. */
@@ -133,19 +77,19 @@ static int setup_read(struct rconn *c, unsigned char *buf, size_t size) {
   if (r == 0) return -1;
   size_t at = 0;
   if (c->state == S_RESPONSE) {
-    if (c->matched == 0 && c->hlen == 0 && (r < 12 || memcmp(buf, "HTTP/1.1 101", 12) != 0)) return -1;
-    c->hlen = 1; /* the status line was checked */
+    if (c->matched == 0 && c->fr.hlen == 0 && (r < 12 || memcmp(buf, "HTTP/1.1 101", 12) != 0)) return -1;
+    c->fr.hlen = 1; /* the status line was checked */
     while (at < (size_t)r && c->matched < 4) {
       char want = c->matched % 2 == 0 ? '\r' : '\n';
       c->matched = buf[at] == want ? c->matched + 1 : buf[at] == '\r';
       at++;
     }
     if (c->matched < 4) return 0;
-    c->hlen = 0;
+    c->fr.hlen = 0;
     if (send(c->fd, g_sub, g_sublen, MSG_NOSIGNAL) != g_sublen) return -1;
     c->state = S_SUBSCRIBING;
   }
-  if (consume(c, buf + at, r - at) == 0) return 0;
+  if (count_frames(&c->fr, buf + at, r - at) == 0) return 0;
   c->state = S_UP;
   return 1;
 }
@@ -170,7 +114,7 @@ static int subscribe_all(int ep, struct rconn *cs, int idx0, int n, unsigned cha
   double deadline = now_s() + g_timeout;
   while (up < n) {
     while (opened < n && inflight < 512) {
-      int fd = open_conn(idx0 + opened);
+      int fd = open_conn_from(idx0 + opened, g_port);
       if (fd < 0) return snprintf(rep->msg, sizeof rep->msg, "socket/bind/connect: %s", strerror(errno)), -1;
       struct epoll_event ev = {.events = EPOLLOUT, .data.u64 = (uint64_t)opened};
       cs[opened++].fd = fd;
@@ -206,7 +150,7 @@ static void count_all(int ep, struct rconn *cs, int n, unsigned char *buf, size_
       struct rconn *c = &cs[evs[i].data.u64];
       ssize_t r = recv(c->fd, buf, size, 0);
       if (r > 0) {
-        long long f = consume(c, buf, r);
+        long long f = count_frames(&c->fr, buf, r);
         if (f) rep.count += f, rep.last = now_s();
       } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
         epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
@@ -237,34 +181,6 @@ static void child(int idx0, int n, int wfd, int rfd) {
 }
 
 /* ---------------------------------------------------------------- parent */
-
-static void read_cpu(long *ticks, long long *ns) {
-  char p[64], b[1024];
-  *ticks = 0, *ns = 0;
-  if (!g_server_pid) return;
-  snprintf(p, sizeof p, "/proc/%d/stat", g_server_pid);
-  FILE *f = fopen(p, "r");
-  if (!f) return;
-  size_t r = fread(b, 1, sizeof b - 1, f);
-  fclose(f);
-  b[r] = 0;
-  char *s = strrchr(b, ')');
-  long ut = 0, st = 0;
-  if (s && sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) == 2) *ticks = ut + st;
-  snprintf(p, sizeof p, "/proc/%d/task", g_server_pid);
-  DIR *d = opendir(p);
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char q[320];
-    snprintf(q, sizeof q, "/proc/%d/task/%s/schedstat", g_server_pid, e->d_name);
-    FILE *g = fopen(q, "r");
-    long long v = 0;
-    if (g && fscanf(g, "%lld", &v) == 1) *ns += v;
-    if (g) fclose(g);
-  }
-  if (d) closedir(d);
-}
 
 /* Appends one POST /publish whose data is the loadgen's payload shape, padded to g_size. */
 static size_t encode_publish(char *out, int k) {
@@ -322,7 +238,7 @@ static int burst(int *res, double deadline) {
   double last = 0;
   long t0c, t1c;
   long long t0n, t1n;
-  read_cpu(&t0c, &t0n);
+  read_cpu_of(g_server_pid, &t0c, &t0n);
   double t0 = now_s();
   struct pollfd *pf = calloc(g_procs + 1, sizeof *pf);
   for (int k = 0; k < g_procs; k++) pf[k].fd = res[k], pf[k].events = POLLIN;
@@ -356,7 +272,7 @@ static int burst(int *res, double deadline) {
       pf[k].fd = -1, done++;
     }
   }
-  read_cpu(&t1c, &t1n);
+  read_cpu_of(g_server_pid, &t1c, &t1n);
   close(pub);
   long long want = (long long)g_conns * g_msgs;
   printf("deliveries: %lld of %lld (%d connections x %d messages of %d B, %d publishes answered)\n", total, want,
