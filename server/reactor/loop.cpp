@@ -47,9 +47,8 @@ bool loop::start(bool uring, int listen_fd, std::string& why, bool& fell_back) n
       return false;
     }
   }
-  _listening = listen_fd >= 0;
   _listen_fd = listen_fd;
-  return !_listening || _io->add_listener(listen_fd, 0);
+  return !listening() || _io->add_listener(listen_fd, 0);
 }
 
 std::uint32_t loop::ticks_for(double seconds) const noexcept {
@@ -92,7 +91,7 @@ void loop::flush_listed() noexcept {
 
 void loop::pause_accepting(std::uint32_t ticks) noexcept {
   _accept_resume_tick = std::max(_accept_resume_tick, _wheel.now() + ticks);
-  if (!_accept_paused && _listening) _io->pause_accept(0);
+  if (!_accept_paused && listening()) _io->pause_accept(0);
   _accept_paused = true;
 }
 
@@ -146,7 +145,7 @@ void loop::run(loop_handler& h) noexcept {
     h.on_turn();
     if (_accept_paused && !_draining && tick >= _accept_resume_tick) {
       _accept_paused = false;
-      if (_listening) _io->resume_accept(0);
+      if (listening()) _io->resume_accept(0);
     }
     if (_draining && _drain.done < _drain.total) drain_step();
     if (!flush_deferred()) flush_listed();
@@ -180,7 +179,7 @@ void loop::count_lag() noexcept {
 
 void loop::begin_drain() noexcept {
   _draining = true;
-  if (_listening) {
+  if (listening()) {
     _io->pause_accept(0);
     // Stop listening, not only accepting: the socket leaves its SO_REUSEPORT group, so the
     // kernel hands new connections to the processes still serving (a rolling restart) instead

@@ -147,6 +147,7 @@ class loop final : public loop_ops, private io_handler {
   static_assert(sizeof(slot_links) == 16, "slot_links budget: 16 bytes a connection");
   static constexpr std::uint32_t chunk_size = 4096;
   slot_links& links(std::uint32_t slot) noexcept { return _links[slot / chunk_size][slot % chunk_size]; }
+  bool listening() const noexcept { return _listen_fd >= 0; }
   struct timer_of {
     loop* l;
     timer_links& operator()(std::uint32_t slot) const noexcept { return l->links(slot).timer; }
@@ -181,8 +182,7 @@ class loop final : public loop_ops, private io_handler {
   std::uint64_t _start_ns = 0, _woke_ns = 0;
   std::uint64_t _defer_since_ns = 0;  // the flush has waited for inbox work since then
   std::uint32_t _accept_resume_tick = 0;
-  bool _listening = false;  // a loop may run without a listener (tests, a bus connection's loop)
-  int _listen_fd = -1;
+  int _listen_fd = -1;  // -1: a loop may run without a listener (tests, a bus connection's loop)
   bool _accept_paused = false;
   bool _yield = false;
   bool _inbox_more = false;      // an inbox drain stopped at its budget
