@@ -40,7 +40,9 @@ const std::string_view usage_text =
     "  --topic T, --topic-prefix P  fanout topic (lg-fanout), mailbox topic prefix (lg-mb-)\n"
     "  --pipeline K                 admin publishes in flight (default 32)\n"
     "  --hold S                     seconds to hold once all are up, before any publishing (default: idle 10,\n"
-    "                               others 0); an outside observer measures memory meanwhile\n"
+    "                               others 0.25: the set-up's TCP timers run out first, so the first\n"
+    "                               publish does not share the server with them); an outside observer\n"
+    "                               measures memory meanwhile\n"
     "  --churn-rate R, --churn-fraction F   churn (defaults 100/s, 0.5)\n"
     "  --slow-fraction F            slow-consumers (default 0.1)\n"
     "  --storm client|server, --storm-at S  reconnect-storm (default client, at half the publishing)\n"
@@ -148,7 +150,7 @@ void apply_defaults(options& o, bool via_given) {
     fail("publishing through the admin API needs --admin http://HOST:PORT (or use --publish-via ws)");
   }
   if (o.size < 16) o.size = 16;
-  if (o.hold < 0) o.hold = o.publishes() ? 0 : 10;
+  if (o.hold < 0) o.hold = o.publishes() ? settle_seconds : 10;
 }
 
 }  // namespace

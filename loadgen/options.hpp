@@ -21,6 +21,13 @@ enum class storm_kind : std::uint8_t { client, server };
 std::string_view scenario_name(scenario s) noexcept;
 
 /// Everything the parent and its children need; children inherit it across fork().
+/// Default wait between the last connection up and the first publish. The set-up leaves TCP
+/// timers behind (retransmission timers of the replies already acknowledged, delayed ACKs) that
+/// run out over about 200 ms, TCP's minimum retransmission timeout; a burst published before
+/// that shares the server's core with them and reads up to a quarter slower
+/// (docs/PERFORMANCE.md, "The load generator's burst figure against a counting client").
+inline constexpr double settle_seconds = 0.25;
+
 struct options {
   scenario sc = scenario::fanout;
   protocol proto = protocol::pubsub;
@@ -48,7 +55,7 @@ struct options {
   double seconds = 10;               ///< publishing time when --publish-rate is given
   std::uint32_t size = 64;
   std::uint32_t pipeline = 32;       ///< admin publishes in flight
-  double hold = -1;                  ///< seconds to hold once all are up (idle: 10; others: 0, then publish)
+  double hold = -1;                  ///< seconds to hold once all are up (idle: 10; others: settle_seconds)
   double churn_rate = 100;           ///< churn: closes+reopens per second over all processes
   double churn_fraction = 0.5;
   double slow_fraction = 0.1;

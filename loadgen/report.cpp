@@ -75,6 +75,7 @@ void print_text(std::FILE* out, const run_result& r) {
                n(ctr::sent), o.size, n(ctr::publish_errors), n(ctr::unique), n(ctr::expected),
                static_cast<unsigned long long>(t.loss()), n(ctr::duplicates), n(ctr::gaps), n(ctr::reordered),
                n(ctr::foreign));
+  if (r.settle_s >= 0) std::fprintf(out, "  first publish %.3f s after the last connection was up\n", r.settle_s);
   std::fprintf(out, "  %.3f s from first publish to last delivery, %.0f deliveries/s\n", r.publish_s,
                r.deliveries_per_s());
   latency_line(out, "latency", *r.latency);
@@ -93,9 +94,9 @@ void print_json(std::FILE* out, const run_result& r) {
                o.url.c_str(), r.ok() ? "true" : "false", r.started_utc.c_str());
   std::fprintf(out, "\"problems\":[");
   for (std::size_t i = 0; i < r.problems.size(); ++i) std::fprintf(out, "%s\"%s\"", i ? "," : "", r.problems[i].c_str());
-  std::fprintf(out, "],\"connections\":%u,\"procs\":%u,\"size\":%u,\"connect_s\":%.3f,\"publish_s\":%.6f,"
+  std::fprintf(out, "],\"connections\":%u,\"procs\":%u,\"size\":%u,\"connect_s\":%.3f,\"settle_s\":%.3f,\"publish_s\":%.6f,"
                "\"deliveries_per_s\":%.1f,\"loss\":%llu,\"connect_errors\":{%s},",
-               o.connections, o.procs, o.size, r.connect_s, r.publish_s, r.deliveries_per_s(),
+               o.connections, o.procs, o.size, r.connect_s, r.settle_s, r.publish_s, r.deliveries_per_s(),
                static_cast<unsigned long long>(t.loss()), error_list(t, ":", true).c_str());
   std::fprintf(out, "\"counters\":{");
   for (std::size_t c = 0; c < t.v.size(); ++c) {

@@ -105,10 +105,13 @@ def run_loadgen(args, argv, name):
         return False
     r = json.loads(line)
     c = r["counters"]
+    # Without --hold, publishing waits the default settle (0.25 s) after the last connection is up.
+    settled = r["settle_s"] >= 0.25
     good = (done.returncode == 0 and r["ok"] and r["loss"] == 0 and c["duplicates"] == 0
-            and c["unique"] == c["expected"] > 0 and os.path.getsize(report) > 1000)
+            and c["unique"] == c["expected"] > 0 and os.path.getsize(report) > 1000 and settled)
     print(f"{name}: delivered {c['unique']}/{c['expected']}, loss {r['loss']}, duplicates {c['duplicates']}, "
-          f"p99 {r['latency_us']['p99']:.0f} µs, problems {r['problems']}: {'ok' if good else 'FAILED'}", flush=True)
+          f"p99 {r['latency_us']['p99']:.0f} µs, first publish {r['settle_s']:.3f} s after all were up, "
+          f"problems {r['problems']}: {'ok' if good else 'FAILED'}", flush=True)
     return good
 
 
