@@ -1,16 +1,17 @@
 /* subcount: a minimal, neutral pub/sub fan-out counter for wspush.
  *
  *   subcount --port P --admin-port A --connections N --messages M --size S --procs K
- *            [--server-pid PID] [--topic T] [--pipeline 32] [--path /ws] [--timeout 60]
+ *            [--server-pid PID] [--topic T] [--pipeline 32] [--settle-ms 250] [--path /ws] [--timeout 60]
  *
  * The pub/sub twin of countclient, doing the work of wspush-loadgen's `fanout` burst with
  * nothing but reading and counting, so the two can be compared on the same server.  K forked
  * processes open N connections to 127.0.0.1:P (source addresses 127.0.0.2..127.0.0.250), upgrade,
- * send {"op":"sub","topics":["T"]} and wait for one text frame (the subbed reply).  The parent
- * then POSTs M events to the admin API at 127.0.0.1:A (/publish on one keep-alive connection, at
- * most --pipeline requests in flight: the loadgen's default 32), each body
- * {"topic":"T","data":{"s":K,"t":NS,"p":"..."}} with data padded to S bytes as the loadgen pads
- * its payload.  Receivers read, find frame boundaries and count text frames; nothing else.
+ * send {"op":"sub","topics":["T"]} and wait for one text frame (the subbed reply).  Once all are
+ * up the parent waits --settle-ms (as the load generator's default --hold: the TCP timers the
+ * set-up armed run out over about 200 ms), then POSTs M events to the admin API at 127.0.0.1:A
+ * (/publish on one keep-alive connection, at most --pipeline requests in flight: the loadgen's
+ * default 32), each body {"topic":"T","data":{"s":K,"t":NS,"p":"..."}} with data padded to S
+ * bytes as the loadgen pads its payload.  Receivers read, find frame boundaries and count text frames; nothing else.
  * Reported: the time from just before the first publish write to the last counted frame
  * (CLOCK_MONOTONIC of the read that counted it), deliveries/s, and the server's CPU time over
  * the same interval (/proc/PID/stat ticks and the sum of /proc/PID/task/x/schedstat).
@@ -40,7 +41,7 @@
 #include "common.h"
 
 static int g_port, g_admin_port, g_conns, g_msgs, g_size = 64, g_procs = 1, g_server_pid, g_timeout = 60;
-static int g_pipeline = 32;
+static int g_pipeline = 32, g_settle_ms = 250;
 static const char *g_path = "/ws", *g_topic = "lg-fanout";
 static char g_req[512], g_sub[256];
 static int g_reqlen, g_sublen;
@@ -231,7 +232,7 @@ static int connect_admin(void) {
 /* Publishes and waits for every child's count; returns 0 when all of them got everything. */
 static int burst(int *res, double deadline) {
   int pub = connect_admin(), sent = 0, answered = 0, done = 0;
-  usleep(200 * 1000); /* let the server settle after the last subscriptions */
+  usleep(g_settle_ms * 1000); /* the set-up's TCP timers run out first */
   static char out[1 << 20], in[1 << 16];
   size_t off = 0, olen = 0, ilen = 0;
   long long total = 0;
@@ -287,7 +288,8 @@ static int burst(int *res, double deadline) {
 
 static void usage(void) {
   fprintf(stderr, "usage: subcount --port P --admin-port A --connections N --messages M --size S --procs K\n"
-                  "                [--server-pid PID] [--topic T] [--pipeline 32] [--path /ws] [--timeout 60]\n");
+                  "                [--server-pid PID] [--topic T] [--pipeline 32] [--settle-ms 250] [--path /ws]\n"
+                  "                [--timeout 60]\n");
   exit(2);
 }
 
@@ -304,12 +306,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--server-pid")) g_server_pid = atoi(v);
     else if (!strcmp(a, "--topic")) g_topic = v;
     else if (!strcmp(a, "--pipeline")) g_pipeline = atoi(v);
+    else if (!strcmp(a, "--settle-ms")) g_settle_ms = atoi(v);
     else if (!strcmp(a, "--path")) g_path = v;
     else if (!strcmp(a, "--timeout")) g_timeout = atoi(v);
     else usage();
   }
   if (g_port <= 0 || g_admin_port <= 0 || g_conns <= 0 || g_msgs <= 0 || g_size < 0 || g_size > 4000 ||
-      g_procs <= 0 || g_pipeline <= 0 || g_timeout <= 0 || strlen(g_topic) > 90)
+      g_procs <= 0 || g_pipeline <= 0 || g_settle_ms < 0 || g_settle_ms > 60000 || g_timeout <= 0 || strlen(g_topic) > 90)
     usage();
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) { rl.rlim_cur = rl.rlim_max; setrlimit(RLIMIT_NOFILE, &rl); }
