@@ -123,6 +123,26 @@ TEST_CASE("wire: the memo answers as read_delivery does, and only for the same b
   CHECK_FALSE(plain.read(messages[0], 0).memo_topic);
 }
 
+TEST_CASE("wire: the memo keeps messages 4,000 apart, and a number 4,096 on is a miss, not a misread") {
+  delivery_memo memo("lg-fanout");
+  std::vector<char> buf(128);
+  auto event = [&](std::uint64_t seq) {
+    const std::size_t n = write_payload(buf, 64, seq, 1'000'000 + seq);
+    return R"({"topic":"lg-fanout","id":"e:)" + std::to_string(seq) + R"(","data":)" + std::string(buf.data(), n) + "}";
+  };
+  // readers far ahead parse messages 0..3999 first; a reader behind still finds message 5
+  for (std::uint64_t k = 0; k < 4000; ++k) CHECK(memo.read(event(k), k).seq == k);
+  const std::string m5 = event(5);
+  CHECK(memo.read(m5, 5).memo_topic);   // a hit: remembered, not parsed again
+  // message 5 + 4096 lands in the same entry: the first read parses it, the old reader's
+  // message 5 is then parsed again, and neither is mistaken for the other
+  const std::string far = event(5 + 4096);
+  const delivery f = memo.read(far, 5 + 4096);
+  CHECK((f.ok && f.seq == 5 + 4096 && !f.memo_topic));
+  const delivery again = memo.read(m5, 5);
+  CHECK((again.ok && again.seq == 5 && again.send_ns == 1'000'005 && again.id == "e:5" && !again.memo_topic));
+}
+
 TEST_CASE("wire: same_bytes at every length and every differing byte") {
   std::string a(70, 'x');
   for (std::size_t n = 0; n <= a.size(); ++n) {
