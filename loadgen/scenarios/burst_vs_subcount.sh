@@ -16,12 +16,14 @@
 # load generator run in the same rotation (an older build, for before/after figures);
 # LOADGEN_ARGS adds options to the load generator's runs. SETTLE (seconds, default 0.25: both
 # tools' default) is how long both wait between the last subscription and the first publish;
-# SETTLE=0 publishes at once (a slower burst for both: docs/PERFORMANCE.md says why).
+# SETTLE=0 publishes at once (a slower burst for both: docs/PERFORMANCE.md says why). MESSAGES
+# (default 200) sets the burst's length for both.
 # Each run waits for an idle second first. Only processes started here are stopped, by PID;
 # every client run is bounded by `timeout`.
 set -u
 runs=$1
 settle=${SETTLE:-0.25}
+messages=${MESSAGES:-200}
 build=${2:-$(cd "$(dirname "$0")/../.." && pwd)/build}
 WSPUSH=${WSPUSH:-$build/server/wspush}
 LOADGEN=${LOADGEN:-$build/loadgen/wspush-loadgen}
@@ -61,7 +63,7 @@ loadgen() {   # NAME BINARY
   mark
   server
   out=$(timeout 180 taskset -c 1 "$2" fanout --url "ws://127.0.0.1:$PORT/ws" --admin "http://127.0.0.1:$APORT" \
-        --server-pid "$SP" --connections 19000 --procs 2 --messages 200 --size 64 --hold "$settle" --quiet ${LOADGEN_ARGS:-} 2>&1)
+        --server-pid "$SP" --connections 19000 --procs 2 --messages "$messages" --size 64 --hold "$settle" --quiet ${LOADGEN_ARGS:-} 2>&1)
   stop
   others
   echo "run $r $1: $(echo "$out" | awk '/deliveries\/s$/{rate = $(NF-1)} /server CPU/{us = $3}
@@ -74,7 +76,7 @@ subcount() {
   mark
   server
   out=$(timeout 180 taskset -c 1 "$SUBCOUNT" --port "$PORT" --admin-port "$APORT" --server-pid "$SP" \
-        --connections 19000 --procs 2 --messages 200 --size 64 \
+        --connections 19000 --procs 2 --messages "$messages" --size 64 \
         --settle-ms "$(awk -v s="$settle" 'BEGIN {printf "%d", s * 1000}')" 2>&1)
   stop
   others
