@@ -31,8 +31,8 @@ import time
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (ServerProcess, admin_port, arg_parser, check, http_request, run_main,  # noqa: E402
-                         run_step, scaled, scrape_metrics)
+from wsp_testlib import (ServerProcess, admin_port, arg_parser, check, http_request, recv_json,  # noqa: E402
+                         run_main, run_step, scaled, scrape_metrics, subscribe)
 
 SECRET = "pubsub-test-secret"
 
@@ -78,21 +78,6 @@ class Admin:
 
 def url(server: ServerProcess, tok: str = "") -> str:
     return f"ws://127.0.0.1:{server.port}/ws" + (f"?token={tok}" if tok else "")
-
-
-async def recv_json(ws, timeout: float = 10):
-    return json.loads(await asyncio.wait_for(ws.recv(), scaled(timeout)))
-
-
-async def subscribe(ws, topics, since=None) -> dict:
-    msg = {"op": "sub", "topics": topics}
-    if since:
-        msg["since"] = since
-    await ws.send(json.dumps(msg))
-    reply = await recv_json(ws)
-    check(reply.get("op") == "subbed" and reply.get("topics") == topics, f"sub {topics} answered {reply}")
-    check(reply.get("lost") is not None, f"subbed without lost: {reply}")
-    return reply
 
 
 async def until_fence(ws, fence: str = "fence") -> list:

@@ -45,7 +45,7 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer, free_port  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
-                         check, run_main, scaled, scrape_metrics)
+                         check, recv_json, run_main, scaled, scrape_metrics, subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -99,45 +99,31 @@ async def connect(s: ServerProcess, port: int = 0):
     return await websockets.connect(f"ws://127.0.0.1:{port or s.port}/ws", ping_interval=None, max_size=None)
 
 
-async def recv(ws, seconds: float = 10) -> dict:
-    return json.loads(await asyncio.wait_for(ws.recv(), scaled(seconds)))
-
-
-async def sub(ws, topics, since=None) -> dict:
-    msg = {"op": "sub", "topics": topics}
-    if since:
-        msg["since"] = since
-    await ws.send(json.dumps(msg))
-    r = await recv(ws)
-    check(r.get("op") == "subbed" and r.get("topics") == topics, f"sub {topics} answered {r}")
-    return r
-
-
 # ---- the steps ------------------------------------------------------------------------------------
 
 async def cross_node(a: ServerProcess, b: ServerProcess) -> None:
     wa, wb = await connect(a), await connect(b)
     try:
-        await sub(wa, ["mailbox:1", "shared"])
-        await sub(wb, ["mailbox:2", "shared"])
+        await subscribe(wa, ["mailbox:1", "shared"])
+        await subscribe(wb, ["mailbox:2", "shared"])
         id1 = publish_ok(b, "mailbox:1", {"to": 1})
-        e = await recv(wa)
+        e = await recv_json(wa)
         check(e == {"topic": "mailbox:1", "id": id1, "data": {"to": 1}}, f"A got {e}")
         id2 = publish_ok(a, "mailbox:2", {"to": 2})
-        e = await recv(wb)
+        e = await recv_json(wb)
         check(e.get("id") == id2 and e.get("data") == {"to": 2}, f"B got {e}")
         ids = publish_ok(a, "shared", "both")
         for ws in (wa, wb):
-            e = await recv(ws)
+            e = await recv_json(ws)
             check(e.get("id") == ids, f"the shared event: {e}")
         # A client's pub on node A reaches node B's subscriber.
         await wa.send(json.dumps({"op": "pub", "topic": "mailbox:2", "data": {"from": "a"}}))
-        e = await recv(wb)
+        e = await recv_json(wb)
         check(e.get("topic") == "mailbox:2" and e.get("data") == {"from": "a"}, f"client pub reached B as {e}")
         # Nothing else arrived (each event exactly once): a fence on each.
         fence = publish_ok(b, "shared", "fence")
         for ws in (wa, wb):
-            e = await recv(ws)
+            e = await recv_json(ws)
             check(e.get("id") == fence, f"expected only the fence, got {e}")
     finally:
         await wa.close()
@@ -148,11 +134,11 @@ async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProces
     r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
     wa, wb = await connect(a), await connect(b)
     try:
-        await sub(wa, ["backend:1"])
-        await sub(wb, ["backend:1"])
+        await subscribe(wa, ["backend:1"])
+        await subscribe(wb, ["backend:1"])
         eid = r.fcall("wspush_publish", 0, "backend:1", '{"from":"backend"}')
         for ws in (wa, wb):
-            e = await recv(ws)
+            e = await recv_json(ws)
             check(e == {"topic": "backend:1", "id": eid, "data": {"from": "backend"}}, f"got {e}")
         try:
             r.fcall("wspush_publish", 0, "backend:1", "{not json")
@@ -163,9 +149,9 @@ async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProces
         for junk in ("no-space-here", "x:1-0 {broken", "bad id {}", ""):
             r.publish("wspush:topic:backend:1", junk)
         eid = r.fcall("wspush_publish", 0, "backend:1", "[1,2,3]")
-        e = await recv(wa)
+        e = await recv_json(wa)
         check(e.get("id") == eid and e.get("data") == [1, 2, 3], f"after the junk: {e}")
-        await recv(wb)
+        await recv_json(wb)
         check(metric(a, "wspush_bus_malformed_total") - before == 4,
               f"malformed went {before} -> {metric(a, 'wspush_bus_malformed_total')}")
     finally:
@@ -178,9 +164,9 @@ async def subbed_means_active(rs: RedisServer, a: ServerProcess) -> None:
     for k in range(50):
         ws = await connect(a)
         try:
-            await sub(ws, [f"fresh:{k}"])
+            await subscribe(ws, [f"fresh:{k}"])
             eid = r.fcall("wspush_publish", 0, f"fresh:{k}", str(k))
-            e = await recv(ws, 5)
+            e = await recv_json(ws, 5)
             check(e.get("id") == eid, f"fresh:{k}: the publish right after subbed came as {e}")
         finally:
             await ws.close()
@@ -196,7 +182,7 @@ async def many_mailboxes(rs: RedisServer, a: ServerProcess, b: ServerProcess) ->
     # a command of its own.
     before = metric(a, 'wspush_bus_commands_total{command="subscribe"}')
     rs.command("CLIENT", "PAUSE", "2000", "ALL")
-    await asyncio.gather(*[sub(ws, [f"box:{k}"]) for k, ws in enumerate(socks)])
+    await asyncio.gather(*[subscribe(ws, [f"box:{k}"]) for k, ws in enumerate(socks)])
     commands = metric(a, 'wspush_bus_commands_total{command="subscribe"}') - before
     check(commands <= 10, f"{n} mailboxes took {commands:.0f} SUBSCRIBE commands")
     check(metric(a, "wspush_bus_topics") >= n, f"bus topics {metric(a, 'wspush_bus_topics')}")
@@ -205,7 +191,7 @@ async def many_mailboxes(rs: RedisServer, a: ServerProcess, b: ServerProcess) ->
     with urllib.request.urlopen(req, timeout=scaled(30)) as resp:
         results = json.loads(resp.read())["results"]
     check(all("id" in x for x in results), f"batch results: {[x for x in results if 'id' not in x][:3]}")
-    got = await asyncio.gather(*[recv(ws, 30) for ws in socks])
+    got = await asyncio.gather(*[recv_json(ws, 30) for ws in socks])
     for k, e in enumerate(got):
         check(e.get("topic") == f"box:{k}" and e.get("data") == k and e.get("id") == results[k]["id"],
               f"box:{k} got {e}")
@@ -238,12 +224,12 @@ class Publisher(threading.Thread):
 async def resume_on_other_node(a: ServerProcess, b: ServerProcess) -> None:
     pub = Publisher(a, "seam")
     wa = await connect(a)
-    await sub(wa, ["seam"])
+    await subscribe(wa, ["seam"])
     pub.start()
     try:
         last = 0
         while last < 30:
-            e = await recv(wa)
+            e = await recv_json(wa)
             check(e.get("data") == last + 1, f"live on A: {e} after {last}")
             last = e["data"]
         last_id = e["id"]
@@ -251,11 +237,11 @@ async def resume_on_other_node(a: ServerProcess, b: ServerProcess) -> None:
         while pub.n < last + 50:  # published while no one listened
             await asyncio.sleep(0.01)
         wb = await connect(b)
-        r = await sub(wb, ["seam"], since={"seam": last_id})
+        r = await subscribe(wb, ["seam"], since={"seam": last_id})
         check(r.get("lost") == [], f"resume answered {r}")
         target = pub.n + 100
         while last < target:
-            e = await recv(wb)
+            e = await recv_json(wb)
             check(e.get("data") == last + 1, f"after the resume on B: got {e.get('data')} after {last} (gap or duplicate)")
             last = e["data"]
         await wb.close()
@@ -272,7 +258,7 @@ async def unanswered_publish(rs: RedisServer, a: ServerProcess) -> None:
     published), and the event does arrive."""
     ws = await connect(a)
     try:
-        await sub(ws, ["unanswered"])
+        await subscribe(ws, ["unanswered"])
         os.kill(rs.proc.pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
@@ -282,13 +268,13 @@ async def unanswered_publish(rs: RedisServer, a: ServerProcess) -> None:
             os.kill(rs.proc.pid, signal.SIGCONT)
         check(status == 504 and body.get("error") == "timeout",
               f"a publish Redis held unanswered was answered {status} {body} after {waited:.1f} s")
-        e = await recv(ws, 20)
+        e = await recv_json(ws, 20)
         check(e.get("topic") == "unanswered" and e.get("data") == {"k": 1}, f"the event after Redis resumed: {e}")
         check(metric(a, 'wspush_publishes_total{source="admin",result="timeout"}') == 1,
               "the unanswered publish is not counted as result=\"timeout\"")
         wait_ready(a, True)
         publish_ok(a, "unanswered", {"k": 2})
-        e = await recv(ws)
+        e = await recv_json(ws)
         check(e.get("data") == {"k": 2}, f"a publish after Redis resumed: {e}")
     finally:
         await ws.close()
@@ -336,10 +322,10 @@ def loadgen_resends_refused(args, rs: RedisServer, a: ServerProcess, b: ServerPr
 
 async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
     wa = await connect(a)
-    await sub(wa, ["restart"])
+    await subscribe(wa, ["restart"])
     ids = [publish_ok(b, "restart", k) for k in (1, 2, 3)]
     for k in (1, 2, 3):
-        check((await recv(wa)).get("data") == k, "before the restart")
+        check((await recv_json(wa)).get("data") == k, "before the restart")
     rs.kill()
     wait_ready(a, False)
     wait_ready(b, False)
@@ -348,7 +334,7 @@ async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> 
     check(status == 503, f"a publish with Redis gone answered {status} {body}")
     w2 = await connect(a)
     await w2.send(json.dumps({"op": "sub", "topics": ["other"]}))
-    e = await recv(w2)
+    e = await recv_json(w2)
     check(e == {"op": "error", "code": "unavailable", "topic": "other"}, f"a sub with Redis gone: {e}")
     await w2.close()
     pong = await wa.ping()
@@ -358,20 +344,20 @@ async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> 
     wait_ready(b, True)
     check(metric(a, "wspush_bus_reconnects_total") >= 1, "no reconnect counted")
     publish_ok(b, "restart", 4)
-    e = await recv(wa)
+    e = await recv_json(wa)
     check(e.get("data") == 4, f"after the restart the subscriber got {e}")
     await wa.close()
     # The append-only file kept the stream: a resume from 1 gets 2, 3, 4.
     wb = await connect(b)
-    r = await sub(wb, ["restart"], since={"restart": ids[0]})
+    r = await subscribe(wb, ["restart"], since={"restart": ids[0]})
     check(r.get("lost") == [], f"resume after the restart: {r}")
-    got = [(await recv(wb)).get("data") for _ in range(3)]
+    got = [(await recv_json(wb)).get("data") for _ in range(3)]
     check(got == [2, 3, 4], f"replayed {got}")
     await wb.close()
     # Redis that lost its data: an id from before is answered lost.
     rs.command("FLUSHALL")
     wb = await connect(b)
-    r = await sub(wb, ["restart"], since={"restart": ids[2]})
+    r = await subscribe(wb, ["restart"], since={"restart": ids[2]})
     check(r.get("lost") == ["restart"], f"an id from before the data was lost: {r}")
     await wb.close()
 
@@ -380,9 +366,9 @@ async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess
     r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
     reconnects = {s: metric(s, "wspush_bus_reconnects_total") for s in (a, b)}
     wa = await connect(a)
-    await sub(wa, ["cut"])
+    await subscribe(wa, ["cut"])
     r.fcall("wspush_publish", 0, "cut", "1")
-    check((await recv(wa)).get("data") == 1, "before the cut")
+    check((await recv_json(wa)).get("data") == 1, "before the cut")
     # Every client connection of Redis is cut (both nodes'); ours publishes at once, before the
     # node is back (it waits 0.1 s or more before reconnecting).
     r.client_kill_filter(_type="pubsub")
@@ -391,7 +377,7 @@ async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess
     r.fcall("wspush_publish", 0, "cut", "3")
     wait_ready(a, True)
     r.fcall("wspush_publish", 0, "cut", "4")
-    got = [(await recv(wa)).get("data") for _ in range(3)]
+    got = [(await recv_json(wa)).get("data") for _ in range(3)]
     check(got == [2, 3, 4], f"the subscriber that stayed got {got}")
     await wa.close()
     for s, before in reconnects.items():  # both nodes are back before the next step
@@ -412,9 +398,9 @@ async def unreachable_at_start(args) -> None:
         rs.start()
         wait_ready(c, True)
         ws = await connect(c)
-        await sub(ws, ["late"])
+        await subscribe(ws, ["late"])
         eid = publish_ok(c, "late", "hello")
-        check((await recv(ws)).get("id") == eid, "served once Redis appeared")
+        check((await recv_json(ws)).get("id") == eid, "served once Redis appeared")
         await ws.close()
     finally:
         c.kill()
@@ -441,11 +427,11 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
         check(all(n.port == port for n in nodes), f"ports {[n.port for n in nodes]}")
         socks = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None)
                                        for _ in range(200)])
-        await asyncio.gather(*[sub(ws, ["port:shared"]) for ws in socks])
+        await asyncio.gather(*[subscribe(ws, ["port:shared"]) for ws in socks])
         per_node = [metric(n, 'wspush_connections{state="open"}') for n in nodes]
         check(all(c > 0 for c in per_node) and sum(per_node) == 200, f"the kernel spread them {per_node}")
         eid = publish_ok(nodes[0], "port:shared", "all")
-        got = await asyncio.gather(*[recv(ws) for ws in socks])
+        got = await asyncio.gather(*[recv_json(ws) for ws in socks])
         check(all(e.get("id") == eid for e in got), "every connection, on either process, got the publish")
         # A rolling restart: a node that drains must leave the port's group at once. Were its
         # socket still listening, the kernel would keep handing it about half of the new
@@ -462,7 +448,7 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
         before = metric(nodes[1], "wspush_connections_accepted_total")
         fresh = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None,
                                                           open_timeout=scaled(3)) for _ in range(100)])
-        await asyncio.gather(*[sub(ws, ["port:shared"]) for ws in fresh])
+        await asyncio.gather(*[subscribe(ws, ["port:shared"]) for ws in fresh])
         check(metric(nodes[1], "wspush_connections_accepted_total") - before == 100,
               "every connection opened during the drain went to the node still serving")
         check(nodes[0].proc.poll() is None, "the draining node is still draining (its 60 s window)")
@@ -515,9 +501,9 @@ async def failover_through_nginx(a: ServerProcess, b: ServerProcess) -> None:
                 check(time.monotonic() < deadline, "nginx did not listen")
                 time.sleep(0.05)
         ws = await connect(a, port)
-        await sub(ws, ["failover"])
+        await subscribe(ws, ["failover"])
         first = publish_ok(a, "failover", 1)
-        check((await recv(ws)).get("id") == first, "through nginx")
+        check((await recv_json(ws)).get("id") == first, "through nginx")
         # Which node holds it: that one is killed.
         victim = a if metric(a, "wspush_subscriptions") >= 1 else b
         other = b if victim is a else a
@@ -529,9 +515,9 @@ async def failover_through_nginx(a: ServerProcess, b: ServerProcess) -> None:
             pass
         missed = [publish_ok(other, "failover", k) for k in (2, 3, 4)]
         ws = await connect(other, port)  # through nginx: only the live node answers
-        r = await sub(ws, ["failover"], since={"failover": first})
+        r = await subscribe(ws, ["failover"], since={"failover": first})
         check(r.get("lost") == [], f"resume through nginx: {r}")
-        got = [await recv(ws) for _ in range(3)]
+        got = [await recv_json(ws) for _ in range(3)]
         check([e.get("id") for e in got] == missed, f"replayed {got}")
         await ws.close()
     finally:

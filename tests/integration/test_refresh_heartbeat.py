@@ -25,7 +25,7 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_testlib import (OP_PING, OP_TEXT, Findings, RawWebSocket, ServerProcess, admin_port,  # noqa: E402
-                         arg_parser, check, http_request, run_main, scaled, scrape_metrics)
+                         arg_parser, check, http_request, recv_json, run_main, scaled, scrape_metrics)
 
 SECRET = "refresh-test-secret"
 
@@ -38,10 +38,6 @@ def mint(claims: dict, secret: str = SECRET) -> str:
     head = b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + b64url(json.dumps(claims).encode())
     sig = hmac.new(secret.encode(), head.encode(), hashlib.sha256).digest()
     return head + "." + b64url(sig)
-
-
-async def recv_json(ws, seconds: float = 10) -> dict:
-    return json.loads(await asyncio.wait_for(ws.recv(), scaled(seconds)))
 
 
 async def request(ws, message: dict) -> dict:

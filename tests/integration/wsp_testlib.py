@@ -13,9 +13,11 @@ Only the standard library is used, so the conformance suite runs wherever Python
 from __future__ import annotations
 
 import argparse
+import asyncio
 import atexit
 import ctypes
 import http.client
+import json
 import os
 import re
 import select
@@ -212,6 +214,24 @@ class ServerProcess:
 # --------------------------------------------------------------------------------------------------
 
 PROMETHEUS_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.eE+-]+|NaN|\+Inf|-Inf)$')
+
+
+async def recv_json(ws, seconds: float = 10) -> dict:
+    """The next message of a `websockets` client, read as JSON, within `seconds` (scaled)."""
+    return json.loads(await asyncio.wait_for(ws.recv(), scaled(seconds)))
+
+
+async def subscribe(ws, topics, since=None) -> dict:
+    """Sends a `sub` over a `websockets` client; returns the `subbed` reply, which must name the
+    topics and carry `lost`."""
+    msg = {"op": "sub", "topics": topics}
+    if since:
+        msg["since"] = since
+    await ws.send(json.dumps(msg))
+    reply = await recv_json(ws)
+    check(reply.get("op") == "subbed" and reply.get("topics") == topics, f"sub {topics} answered {reply}")
+    check(reply.get("lost") is not None, f"subbed without lost: {reply}")
+    return reply
 
 
 def admin_port(server: ServerProcess) -> int:
