@@ -579,11 +579,11 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
   const bool error = r == nullptr || r->type == REDIS_REPLY_ERROR;
   switch (o->kind) {
     case op::setup:
-      // No reply at all: the link went away meanwhile, and that path says so.
-      if (error && r != nullptr) log(log_level::error, "bus: Redis refused the set-up: %.*s", int(str(r).size()), str(r).data());
-      return;
     case op::epoch:
-      if (error) return;
+      // No reply at all: the link went away meanwhile, and that path says so.
+      if (r == nullptr) return;
+      if (error) return setup_refused(str(r));
+      if (o->kind == op::setup) return;
       _cmd_ready = true;
       return ready_check();
     case op::admin_pub:
@@ -764,6 +764,7 @@ void redis_bus::offer(std::uint32_t shard, pubsub::event&& e) noexcept {
 void redis_bus::connect_links() noexcept {
   std::string why;
   _cmd_ready = _sub_ready = false;
+  _refusal.clear();
   if (!_cmd.connect(_o.target.host, _o.target.port, why) || !_sub.connect(_o.target.host, _o.target.port, why)) {
     went_down(why);
   }
@@ -835,7 +836,20 @@ void redis_bus::setup_subscriber_link() noexcept {
   send_batches();
 }
 
-void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept { went_down(why, &l); }
+/// Redis answered a set-up command with an error (LOADING while it reads its append-only file,
+/// NOPERM from an ACL, a function it cannot load) and keeps the connection open: without the
+/// set-up the bus cannot be up, so the connection is closed and tried again after the backoff,
+/// or the node would wait on it forever.
+void redis_bus::setup_refused(std::string_view error) noexcept {
+  if (!_refusal.empty()) return;  // the first refusal closes it; the others say the same
+  _refusal = "Redis refused the set-up: " + std::string(error);
+  log_ratelimited(log_level::error, "bus: %s; trying again", _refusal.c_str());
+  _cmd.disconnect();  // from its own callback: hiredis closes once the pending replies are in
+}
+
+void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {
+  went_down(_refusal.empty() ? why : _refusal, &l);
+}
 
 /// A connection failed (`gone`: the link whose callback this is, already ending): the other
 /// one is dropped too, every sub under way fails, and a reconnect is scheduled.

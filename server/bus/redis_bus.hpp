@@ -168,6 +168,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void setup_command_link() noexcept;
   void setup_subscriber_link() noexcept;
   void ready_check() noexcept;
+  void setup_refused(std::string_view error) noexcept;
   void start_catchup(const std::string& topic) noexcept;
   bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
@@ -192,6 +193,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   redis_link _sub, _cmd;
   std::string _node_channel;  // this node's own channel (markers)
   bool _cmd_ready = false, _sub_ready = false;
+  std::string _refusal;  // why Redis refused this connection's set-up (empty: it did not)
   std::uint32_t _tick = 0, _retry_at = 0, _backoff_ticks = 0;
   bool _ever_up = false;
   std::unordered_map<std::string, topic_state> _topics;

@@ -407,6 +407,30 @@ async def unreachable_at_start(args) -> None:
         rs.close()
 
 
+async def setup_refused_then_accepted(args) -> None:
+    """A node whose set-up Redis refuses keeps trying, and comes up once Redis accepts it, with
+    neither restarted. Here Redis's ACL does not yet allow functions: it answers the node's
+    FUNCTION LOAD and FCALL with NOPERM and keeps the connection open, as it answers LOADING to
+    a node that connects while it still loads its append-only file."""
+    rs = RedisServer(persistent=False).start()
+    rs.command("ACL", "SETUSER", "default", "-@scripting")
+    c = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                      extra=["--bus", rs.url, "--threads", "1"]).start()
+    try:
+        c.wait_for_log(r"bus: Redis refused the set-up", scaled(10))
+        check(readyz(c) == 503, "ready with its set-up refused")
+        rs.command("ACL", "SETUSER", "default", "+@all")
+        wait_ready(c, True)
+        ws = await connect(c)
+        await subscribe(ws, ["granted"])
+        eid = publish_ok(c, "granted", "hello")
+        check((await recv_json(ws)).get("id") == eid, "served once Redis took the set-up")
+        await ws.close()
+    finally:
+        c.kill()
+        rs.close()
+
+
 def listeners(port: int) -> int:
     """Sockets listening on 127.0.0.1:port (one per reactor thread of each --reuseport node)."""
     n = 0
@@ -543,6 +567,8 @@ def main(args) -> None:
         f.step("the load generator sends a refused publish again", loadgen_resends_refused, args, rs, a, b)
         f.step("Redis killed and restarted", lambda: asyncio.run(redis_restart(rs, a, b)))
         f.step("a node started with Redis unreachable", lambda: asyncio.run(unreachable_at_start(args)))
+        f.step("a node whose set-up Redis refused comes up once Redis takes it",
+               lambda: asyncio.run(setup_refused_then_accepted(args)))
         f.step("two processes sharing one port", lambda: asyncio.run(sharing_one_port(args, rs)))
         f.step("bad --bus URLs", bad_urls, args)
         f.step("a node killed behind nginx", lambda: asyncio.run(failover_through_nginx(a, b)))
