@@ -31,6 +31,9 @@ import tempfile
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
+from wsp_nginx import nginx_prefix  # noqa: E402  (the throwaway nginx prefix the Redis test uses too)
+
 
 class Report:
     def __init__(self) -> None:
@@ -958,16 +961,8 @@ class Deploy:
                 text = re.sub(rf"(?m)^(\s+server\s+){re.escape(h)}:", r"\g<1>127.0.0.1:", text)
             configs.append(("deploy/docker/nginx.conf", text))
         for rel, text in configs:
-            tmp = tempfile.mkdtemp(prefix="wspush-nginx-")
+            tmp = nginx_prefix(text)
             try:
-                with open(os.path.join(tmp, "wspush.conf"), "w") as f:
-                    f.write(text)
-                with open(os.path.join(tmp, "nginx.conf"), "w") as f:
-                    f.write(f"worker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log warn;\n"
-                            f"events {{ worker_connections 64; }}\n"
-                            f"http {{\n  access_log off;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n"
-                            f"  fastcgi_temp_path {tmp};\n  uwsgi_temp_path {tmp};\n  scgi_temp_path {tmp};\n"
-                            f"  include {tmp}/wspush.conf;\n}}\n")
                 r = subprocess.run(["nginx", "-t", "-q", "-p", tmp, "-e", f"{tmp}/error.log", "-c", f"{tmp}/nginx.conf"],
                                    capture_output=True, text=True, timeout=30)
                 R.check(r.returncode == 0, f"nginx -t {rel}: {r.stderr.strip()}")

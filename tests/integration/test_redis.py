@@ -33,7 +33,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -43,6 +42,7 @@ import redis
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_nginx import nginx_prefix  # noqa: E402
 from wsp_redis import RedisServer, free_port  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
                          check, recv_json, run_main, scaled, scrape_metrics, subscribe)
@@ -502,15 +502,7 @@ async def failover_through_nginx(a: ServerProcess, b: ServerProcess) -> None:
     check(n == 2, "the shipped config's upstream servers changed: update this test")
     servers = "".join(f"    server 127.0.0.1:{s.port} max_fails=1 fail_timeout=5s;\n" for s in (a, b))
     conf = conf.replace("    least_conn;\n", "    least_conn;\n" + servers)
-    tmp = tempfile.mkdtemp(prefix="wspush-nginx-")
-    with open(os.path.join(tmp, "wspush.conf"), "w") as f:
-        f.write(conf)
-    with open(os.path.join(tmp, "nginx.conf"), "w") as f:
-        f.write(f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log warn;\n"
-                f"events {{ worker_connections 1024; }}\n"
-                f"http {{\n  access_log off;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n"
-                f"  fastcgi_temp_path {tmp};\n  uwsgi_temp_path {tmp};\n  scgi_temp_path {tmp};\n"
-                f"  include {tmp}/wspush.conf;\n}}\n")
+    tmp = nginx_prefix(conf)
     t = subprocess.run(["nginx", "-t", "-p", tmp, "-c", f"{tmp}/nginx.conf"], capture_output=True)
     check(t.returncode == 0, f"nginx -t: {t.stderr.decode()}")
     proc = subprocess.Popen(["nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf"], stdout=subprocess.DEVNULL,
