@@ -53,6 +53,17 @@ double parse_seconds(std::string_view name, std::string_view v) {
   return d;
 }
 
+/// The one of `all` whose name (`name_of`, what --help shows) is `v`; else `want` in the error.
+template <class E, std::size_t N>
+E parse_choice(std::string_view name, std::string_view v, const E (&all)[N], const char* (*name_of)(E),
+               std::string_view want) {
+  for (E e : all)
+    if (v == name_of(e)) return e;
+  bad(name, v, want);
+}
+
+const char* io_name(io_kind k) noexcept { return k == io_kind::uring ? "uring" : "epoll"; }
+
 bool parse_bool(std::string_view name, std::string_view v) {
   if (v == "" || v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return false;
@@ -97,10 +108,8 @@ const std::vector<option>& options() {
        "refuses stays in user space), off never",
        [](const config& c) { return std::string(kernel_tls_name(c.kernel_tls)); },
        [](config& c, std::string_view v) {
-         if (v == "auto") c.kernel_tls = kernel_tls_mode::automatic;
-         else if (v == "on") c.kernel_tls = kernel_tls_mode::on;
-         else if (v == "off") c.kernel_tls = kernel_tls_mode::off;
-         else bad("kernel-tls", v, "auto, on or off");
+         using enum kernel_tls_mode;
+         c.kernel_tls = parse_choice("kernel-tls", v, {automatic, on, off}, kernel_tls_name, "auto, on or off");
        }},
       {"admin-listen", "ADDR:PORT", "admin listener: /publish, /publish/batch, /metrics, /healthz, /readyz",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
@@ -112,17 +121,13 @@ const std::vector<option>& options() {
        "sender; broadcast: every text message to all",
        [](const config& c) { return std::string(mode_name(c.mode)); },
        [](config& c, std::string_view v) {
-         if (v == "pubsub") c.mode = app_mode::pubsub;
-         else if (v == "echo") c.mode = app_mode::echo;
-         else if (v == "broadcast") c.mode = app_mode::broadcast;
-         else bad("mode", v, "pubsub, echo or broadcast");
+         using enum app_mode;
+         c.mode = parse_choice("mode", v, {pubsub, echo, broadcast}, mode_name, "pubsub, echo or broadcast");
        }},
       {"io", "uring|epoll", "I/O backend; uring falls back to epoll by itself when io_uring is unavailable",
-       [](const config& c) { return std::string(c.io == io_kind::uring ? "uring" : "epoll"); },
+       [](const config& c) { return std::string(io_name(c.io)); },
        [](config& c, std::string_view v) {
-         if (v == "uring") c.io = io_kind::uring;
-         else if (v == "epoll") c.io = io_kind::epoll;
-         else bad("io", v, "uring or epoll");
+         c.io = parse_choice("io", v, {io_kind::uring, io_kind::epoll}, io_name, "uring or epoll");
        }},
       {"threads", "N", "reactor threads (shards); 0: one per core",
        [](const config& c) { return std::to_string(c.threads); },
