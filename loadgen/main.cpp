@@ -317,7 +317,6 @@ void parent::connect_phase(run_result& r) {
   }, _o.connect_timeout + 10);
   const std::uint64_t connect_done = workers_total().connect_done_ns;
   r.connect_s = connect_done > _start_ns ? static_cast<double>(connect_done - _start_ns) / 1e9 : 0;
-  r.connect_done_ns = connect_done;
 }
 
 /// Publishing phase: workers go, then the publisher; then the drain, until every checked
@@ -423,7 +422,7 @@ void parent::judge(run_result& r, std::uint64_t ready_at_go) const {
   }
   const std::uint64_t first = w.first_send_ns ? w.first_send_ns : t.first_send_ns;
   if (first && t.last_delivery_ns > first) r.publish_s = static_cast<double>(t.last_delivery_ns - first) / 1e9;
-  if (first && r.connect_done_ns && first >= r.connect_done_ns) r.settle_s = static_cast<double>(first - r.connect_done_ns) / 1e9;
+  if (first && w.connect_done_ns && first >= w.connect_done_ns) r.settle_s = static_cast<double>(first - w.connect_done_ns) / 1e9;
 }
 
 int parent::finish(run_result& r) {

@@ -20,7 +20,6 @@ enum class storm_kind : std::uint8_t { client, server };
 
 std::string_view scenario_name(scenario s) noexcept;
 
-/// Everything the parent and its children need; children inherit it across fork().
 /// Default wait between the last connection up and the first publish. The set-up leaves TCP
 /// timers behind (retransmission timers of the replies already acknowledged, delayed ACKs) that
 /// run out over about 200 ms, TCP's minimum retransmission timeout; a burst published before
@@ -28,6 +27,7 @@ std::string_view scenario_name(scenario s) noexcept;
 /// (docs/PERFORMANCE.md, "The load generator's burst figure against a counting client").
 inline constexpr double settle_seconds = 0.25;
 
+/// Everything the parent and its children need; children inherit it across fork().
 struct options {
   scenario sc = scenario::fanout;
   protocol proto = protocol::pubsub;

@@ -27,7 +27,6 @@ struct run_result {
   double connect_s = 0;                ///< start until every process had its connections up
   double publish_s = 0;                ///< first publish until the last delivery
   double settle_s = -1;                ///< last connection up until the first publish (-1: none)
-  std::uint64_t connect_done_ns = 0;   ///< when the last connection was up
   double storm_back_s = -1;            ///< reconnect-storm: first drop until all back (<0: n/a)
   std::uint64_t storm_left = 0;        ///< connections not back by the end
   proc_reading before{}, loaded{}, end{};   ///< server readings: start, all connected, end
