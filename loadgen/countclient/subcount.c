@@ -11,7 +11,8 @@
  * set-up armed run out over about 200 ms), then POSTs M events to the admin API at 127.0.0.1:A
  * (/publish on one keep-alive connection, at most --pipeline requests in flight: the loadgen's
  * default 32), each body {"topic":"T","data":{"s":K,"t":NS,"p":"..."}} with data padded to S
- * bytes as the loadgen pads its payload.  Receivers read, find frame boundaries and count text frames; nothing else.
+ * bytes as the loadgen pads its payload.  Receivers read, find frame boundaries and count text
+ * frames; nothing else.
  * Reported: the time from just before the first publish write to the last counted frame
  * (CLOCK_MONOTONIC of the read that counted it), deliveries/s, and the server's CPU time over
  * the same interval (/proc/PID/stat ticks and the sum of /proc/PID/task/x/schedstat).

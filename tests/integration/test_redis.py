@@ -387,6 +387,15 @@ async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess
             await asyncio.sleep(0.05)
 
 
+async def serves(c: ServerProcess, topic: str, what: str) -> None:
+    """A subscriber of `topic` on node c gets what c's admin API publishes."""
+    ws = await connect(c)
+    await subscribe(ws, [topic])
+    eid = publish_ok(c, topic, "hello")
+    check((await recv_json(ws)).get("id") == eid, what)
+    await ws.close()
+
+
 async def unreachable_at_start(args) -> None:
     port = free_port()
     c = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
@@ -397,11 +406,7 @@ async def unreachable_at_start(args) -> None:
         check(readyz(c) == 503, "ready without Redis")
         rs.start()
         wait_ready(c, True)
-        ws = await connect(c)
-        await subscribe(ws, ["late"])
-        eid = publish_ok(c, "late", "hello")
-        check((await recv_json(ws)).get("id") == eid, "served once Redis appeared")
-        await ws.close()
+        await serves(c, "late", "served once Redis appeared")
     finally:
         c.kill()
         rs.close()
@@ -421,11 +426,7 @@ async def setup_refused_then_accepted(args) -> None:
         check(readyz(c) == 503, "ready with its set-up refused")
         rs.command("ACL", "SETUSER", "default", "+@all")
         wait_ready(c, True)
-        ws = await connect(c)
-        await subscribe(ws, ["granted"])
-        eid = publish_ok(c, "granted", "hello")
-        check((await recv_json(ws)).get("id") == eid, "served once Redis took the set-up")
-        await ws.close()
+        await serves(c, "granted", "served once Redis took the set-up")
     finally:
         c.kill()
         rs.close()
