@@ -1,6 +1,8 @@
-"""A real redis-server for the tests: on a free 127.0.0.1 port, in a temporary directory, killed
-by PID with the test; it can be killed with SIGKILL and started again on the same port (with
-its append-only file, so what it had written survives, or without)."""
+"""A real redis-server for the tests: on a reserved 127.0.0.1 port (outside the ephemeral range,
+wsp_ports.py), in a temporary directory, killed by PID with the test; it can be killed with
+SIGKILL and started again on the same port (with its append-only file, so what it had written
+survives, or without). A start returns once the server answers PING with PONG: a restarted
+server answers -LOADING while it reads its append-only file, and that is waited out."""
 from __future__ import annotations
 
 import os
@@ -12,26 +14,30 @@ import tempfile
 import time
 from typing import Optional
 
+from wsp_ports import reserve_port
 from wsp_testlib import _die_with_parent, _live_servers, check, scaled
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that is free now and stays ours: a server may be (re)started on it later."""
+    return reserve_port()
 
 
 class RedisServer:
     """`redis-server` on 127.0.0.1:port. persistent: appendonly with fsync always, so a SIGKILL
     loses nothing it acknowledged."""
 
-    def __init__(self, port: int = 0, persistent: bool = True):
+    def __init__(self, port: int = 0, persistent: bool = True, password: Optional[str] = None,
+                 extra: "tuple[str, ...]" = ()):
         if shutil.which("redis-server") is None:
             raise AssertionError("redis-server is needed (Debian package redis-server)")
         self.port = port or free_port()
         self.persistent = persistent
+        self.password = password  # requirepass: command() authenticates with it
+        self.extra = [str(x) for x in extra]  # more redis-server options ("--maxmemory", "1mb", ...)
         self.dir = tempfile.mkdtemp(prefix="wspush-redis-")
         self.proc: Optional[subprocess.Popen] = None
+        self._killed = False
 
     @property
     def url(self) -> str:
@@ -41,29 +47,47 @@ class RedisServer:
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
                 "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
                 "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        if self.password is not None:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args + self.extra, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self._killed = False
         _live_servers.add(self)
-        deadline = time.monotonic() + scaled(10)
+        self.wait_ready(scaled(30))
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the server answers PING with PONG: refused connections (not listening yet) and
+        -LOADING (reading its append-only file) are waited out; anything else fails."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
         while time.monotonic() < deadline:
+            check(self.proc.poll() is None, f"redis-server exited with {self.proc.returncode}")
             try:
                 if self.command("PING") == "PONG":
-                    return self
-            except OSError:
-                pass
-            check(self.proc.poll() is None, f"redis-server exited with {self.proc.returncode}")
+                    return
+            except OSError as exc:
+                last = f"{exc}"
+            except RuntimeError as exc:
+                if not str(exc).startswith("LOADING"):
+                    raise AssertionError(f"redis-server answered PING with -{exc}") from None
+                last = f"-{exc}"
+            # Polling is the only way to learn that redis-server is up: it prints nothing we could
+            # wait on with --loglevel warning, and a connection refused has no event to await.
             time.sleep(0.05)
-        raise AssertionError("redis-server did not answer PING")
+        raise AssertionError(f"redis-server did not answer PING within {timeout:.0f}s (last: {last})")
 
     def kill(self) -> None:
         """SIGKILL by PID (what it had appended with fsync stays on disk)."""
+        self._killed = True
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         _live_servers.discard(self)
 
     def crashed(self) -> bool:
-        return False
+        """The process ended without the test killing it."""
+        return self.proc is not None and not self._killed and self.proc.poll() is not None
 
     def close(self) -> None:
         self.kill()
@@ -72,13 +96,20 @@ class RedisServer:
     def command(self, *args: str):
         """One command over a raw socket (RESP); returns a str, int, list or None."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=scaled(5)) as s:
-            out = f"*{len(args)}\r\n".encode()
-            for a in args:
-                b = a.encode() if isinstance(a, str) else a
-                out += f"${len(b)}\r\n".encode() + b + b"\r\n"
-            s.sendall(out)
             f = s.makefile("rb")
+            if self.password is not None:
+                s.sendall(_encode("AUTH", self.password))
+                check(_read_resp(f) == "OK", "AUTH refused")
+            s.sendall(_encode(*args))
             return _read_resp(f)
+
+
+def _encode(*args) -> bytes:
+    out = f"*{len(args)}\r\n".encode()
+    for a in args:
+        b = a.encode() if isinstance(a, str) else a
+        out += f"${len(b)}\r\n".encode() + b + b"\r\n"
+    return out
 
 
 def _read_resp(f):
