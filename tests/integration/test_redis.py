@@ -43,7 +43,8 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_nginx import nginx_prefix  # noqa: E402
-from wsp_redis import RedisServer, free_port  # noqa: E402
+from wsp_ports import reserve_port  # noqa: E402
+from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
                          check, recv_json, run_main, scaled, scrape_metrics, subscribe)
 
@@ -151,7 +152,8 @@ async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProces
         eid = r.fcall("wspush_publish", 0, "backend:1", "[1,2,3]")
         e = await recv_json(wa)
         check(e.get("id") == eid and e.get("data") == [1, 2, 3], f"after the junk: {e}")
-        await recv_json(wb)
+        e = await recv_json(wb)
+        check(e.get("id") == eid and e.get("data") == [1, 2, 3], f"after the junk, on B: {e}")
         check(metric(a, "wspush_bus_malformed_total") - before == 4,
               f"malformed went {before} -> {metric(a, 'wspush_bus_malformed_total')}")
     finally:
@@ -177,13 +179,27 @@ async def many_mailboxes(rs: RedisServer, a: ServerProcess, b: ServerProcess) ->
     socks = []
     for start in range(0, n, 250):
         socks += await asyncio.gather(*[connect(a) for _ in range(start, min(n, start + 250))])
-    # Redis holds every command for 2 s: the node's first SUBSCRIBE waits there, and every
-    # mailbox that asks meanwhile must join the next command (one per round trip), not queue
-    # a command of its own.
-    before = metric(a, 'wspush_bus_commands_total{command="subscribe"}')
-    rs.command("CLIENT", "PAUSE", "2000", "ALL")
-    await asyncio.gather(*[subscribe(ws, [f"box:{k}"]) for k, ws in enumerate(socks)])
-    commands = metric(a, 'wspush_bus_commands_total{command="subscribe"}') - before
+    # Redis is held (SIGSTOP) until the node has read every mailbox's sub and sent its first
+    # SUBSCRIBE, which waits there: every mailbox that asked meanwhile must join the next
+    # command (one per round trip), not queue a command of its own.
+    subscribes = 'wspush_bus_commands_total{command="subscribe"}'
+    before, read0 = metric(a, subscribes), metric(a, "wspush_messages_in_total")
+    os.kill(rs.proc.pid, signal.SIGSTOP)
+    try:
+        await asyncio.gather(*[ws.send(json.dumps({"op": "sub", "topics": [f"box:{k}"]}))
+                               for k, ws in enumerate(socks)])
+        deadline = time.monotonic() + scaled(60)
+        # No event tells when the node has read them: its counters are polled.
+        while metric(a, "wspush_messages_in_total") < read0 + n or metric(a, subscribes) < before + 1:
+            check(time.monotonic() < deadline, f"the node read {metric(a, 'wspush_messages_in_total') - read0:.0f} "
+                                               f"of {n} subs and sent {metric(a, subscribes) - before:.0f} SUBSCRIBE")
+            await asyncio.sleep(0.05)
+    finally:
+        os.kill(rs.proc.pid, signal.SIGCONT)
+    replies = await asyncio.gather(*[recv_json(ws, 60) for ws in socks])
+    for k, reply in enumerate(replies):
+        check(reply.get("op") == "subbed" and reply.get("topics") == [f"box:{k}"], f"box:{k}'s sub answered {reply}")
+    commands = metric(a, subscribes) - before
     check(commands <= 10, f"{n} mailboxes took {commands:.0f} SUBSCRIBE commands")
     check(metric(a, "wspush_bus_topics") >= n, f"bus topics {metric(a, 'wspush_bus_topics')}")
     body = "\n".join(json.dumps({"topic": f"box:{k}", "data": k}) for k in range(n)).encode()
@@ -234,7 +250,10 @@ async def resume_on_other_node(a: ServerProcess, b: ServerProcess) -> None:
             last = e["data"]
         last_id = e["id"]
         await wa.close()
-        while pub.n < last + 50:  # published while no one listened
+        deadline = time.monotonic() + scaled(60)
+        while pub.n < last + 50:  # published while no one listened (the publisher's count, polled)
+            check(pub.is_alive() and time.monotonic() < deadline,
+                  f"the publisher stopped at {pub.n}: {pub.errors[:2]}")
             await asyncio.sleep(0.01)
         wb = await connect(b)
         r = await subscribe(wb, ["seam"], since={"seam": last_id})
@@ -289,10 +308,11 @@ def loadgen_resends_refused(args, rs: RedisServer, a: ServerProcess, b: ServerPr
     ok = 'wspush_publishes_total{source="admin",result="ok"}'
     refused = 'wspush_publishes_total{source="admin",result="unavailable"}'
     ok0, refused0 = metric(b, ok), metric(b, refused)
+    messages = 10  # 5 s of publishing at 2/s: Redis goes away after the first, while more are due
     proc = subprocess.Popen([loadgen, "fanout", "--url", f"ws://127.0.0.1:{a.port}/ws", "--admin",
-                             f"http://127.0.0.1:{admin_port(b)}", "--connections", "20", "--messages", "6",
+                             f"http://127.0.0.1:{admin_port(b)}", "--connections", "20", "--messages", str(messages),
                              "--publish-rate", "2", "--topic", "lg-resend", "--hold", "0", "--json", "--quiet",
-                             "--timeout", str(int(scaled(60))), "--drain-timeout", "3"],
+                             "--timeout", str(int(scaled(120))), "--drain-timeout", str(int(scaled(30)))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
     try:
         deadline = time.monotonic() + scaled(30)
@@ -303,8 +323,9 @@ def loadgen_resends_refused(args, rs: RedisServer, a: ServerProcess, b: ServerPr
         while metric(b, refused) < refused0 + 1:   # one was refused
             check(time.monotonic() < deadline and proc.poll() is None, "no publish refused with Redis gone")
             time.sleep(0.02)
+        check(proc.poll() is None, "the load generator ended with Redis gone")
         rs.start()
-        out, err = proc.communicate(timeout=scaled(90))
+        out, err = proc.communicate(timeout=scaled(180))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -315,7 +336,7 @@ def loadgen_resends_refused(args, rs: RedisServer, a: ServerProcess, b: ServerPr
     c = r["counters"]
     check(c.get("publish_retries", 0) >= 1, f"no publish was sent again: {c}")
     check(proc.returncode == 0 and r["ok"] and r["loss"] == 0 and c["duplicates"] == 0
-          and c["unique"] == c["expected"] == 20 * 6, f"after the resends: {r}")
+          and c["unique"] == c["expected"] == 20 * messages, f"after the resends: {r}")
     wait_ready(a, True)
     wait_ready(b, True)
 
@@ -363,23 +384,50 @@ async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> 
 
 
 async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> None:
-    r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
+    """Redis cuts the nodes off and turns them away (their user, `default`, is switched off: a
+    reconnect is answered NOAUTH) while a backend, as another user, publishes 2 and 3. Both are
+    acknowledged before the nodes can be back, so node A's subscriber can only get them from the
+    catch-up: replayed from the stream, each once, in order, and counted."""
+    caught = "wspush_bus_catchup_events_total"
+    rs.command("ACL", "SETUSER", "backend", "on", ">backend-pw", "~*", "&*", "+@all")
+    r = redis.Redis(host="127.0.0.1", port=rs.port, username="backend", password="backend-pw",
+                    decode_responses=True)
     reconnects = {s: metric(s, "wspush_bus_reconnects_total") for s in (a, b)}
+    caught0 = metric(a, caught)
     wa = await connect(a)
-    await subscribe(wa, ["cut"])
-    r.fcall("wspush_publish", 0, "cut", "1")
-    check((await recv_json(wa)).get("data") == 1, "before the cut")
-    # Every client connection of Redis is cut (both nodes'); ours publishes at once, before the
-    # node is back (it waits 0.1 s or more before reconnecting).
-    r.client_kill_filter(_type="pubsub")
-    r.client_kill_filter(_type="normal", skipme=True)
-    r.fcall("wspush_publish", 0, "cut", "2")
-    r.fcall("wspush_publish", 0, "cut", "3")
-    wait_ready(a, True)
-    r.fcall("wspush_publish", 0, "cut", "4")
-    got = [(await recv_json(wa)).get("data") for _ in range(3)]
-    check(got == [2, 3, 4], f"the subscriber that stayed got {got}")
-    await wa.close()
+    try:
+        await subscribe(wa, ["cut"])
+        r.fcall("wspush_publish", 0, "cut", "1")
+        check((await recv_json(wa)).get("data") == 1, "before the cut")
+        log_at = len(a.log)
+        r.execute_command("ACL", "SETUSER", "default", "off")
+        try:
+            check(r.execute_command("CLIENT", "KILL", "USER", "default") >= 4, "the nodes' connections were not cut")
+            wait_ready(a, False)
+            missed = [r.fcall("wspush_publish", 0, "cut", str(k)) for k in (2, 3)]
+            # The node tries again meanwhile and is turned away: the link is held down.
+            a.wait_for_log(r"bus: Redis refused the set-up: NOAUTH", scaled(20), start=log_at)
+            check(readyz(a) == 503, "node A is ready with its user switched off")
+        finally:
+            r.execute_command("ACL", "SETUSER", "default", "on")
+        wait_ready(a, True)
+        got = [await recv_json(wa) for _ in range(2)]
+        check([(e.get("id"), e.get("data")) for e in got] == [(missed[0], 2), (missed[1], 3)],
+              f"the subscriber that stayed got {got} after the cut")
+        # The catch-up counts its events when it hands them on: polled until it has.
+        deadline = time.monotonic() + scaled(20)
+        while metric(a, caught) < caught0 + 2:
+            check(time.monotonic() < deadline, f"{caught} went {caught0:.0f} -> {metric(a, caught):.0f}, not by 2")
+            await asyncio.sleep(0.05)
+        # Live again, and nothing came twice: the next event is the next publish.
+        live = r.fcall("wspush_publish", 0, "cut", "4")
+        e = await recv_json(wa)
+        check(e.get("id") == live and e.get("data") == 4, f"after the catch-up: {e}")
+        check(metric(a, caught) == caught0 + 2, f"{caught} went {caught0:.0f} -> {metric(a, caught):.0f}, not by 2")
+    finally:
+        await wa.close()
+        rs.command("ACL", "DELUSER", "backend")
+        r.close()
     for s, before in reconnects.items():  # both nodes are back before the next step
         deadline = time.monotonic() + scaled(20)
         while metric(s, "wspush_bus_reconnects_total") <= before or readyz(s) != 200:
@@ -397,7 +445,9 @@ async def serves(c: ServerProcess, topic: str, what: str) -> None:
 
 
 async def unreachable_at_start(args) -> None:
-    port = free_port()
+    # A reserved port (outside the ephemeral range, locked against parallel tests): nothing
+    # listens on it until this Redis starts there.
+    port = reserve_port()
     c = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
                       extra=["--bus", f"redis://127.0.0.1:{port}", "--threads", "1"]).start()
     rs = RedisServer(port, persistent=False)
@@ -407,9 +457,11 @@ async def unreachable_at_start(args) -> None:
         rs.start()
         wait_ready(c, True)
         await serves(c, "late", "served once Redis appeared")
+        check(not rs.crashed(), "redis-server crashed")
     finally:
         c.kill()
         rs.close()
+    check(not c.crashed(), "node c crashed\n" + c.log_tail())
 
 
 async def setup_refused_then_accepted(args) -> None:
@@ -427,9 +479,11 @@ async def setup_refused_then_accepted(args) -> None:
         rs.command("ACL", "SETUSER", "default", "+@all")
         wait_ready(c, True)
         await serves(c, "granted", "served once Redis took the set-up")
+        check(not rs.crashed(), "redis-server crashed")
     finally:
         c.kill()
         rs.close()
+    check(not c.crashed(), "node c crashed\n" + c.log_tail())
 
 
 def listeners(port: int) -> int:
@@ -445,8 +499,8 @@ def listeners(port: int) -> int:
 
 async def sharing_one_port(args, rs: RedisServer) -> None:
     """Two processes with --reuseport on one port, each its own node with its own admin port."""
-    port = free_port()
-    nodes = [node(args, rs.url, extra=["--listen", f"127.0.0.1:{port}", "--reuseport", "--drain-seconds", "60"])
+    port = reserve_port()  # both bind it: nobody else may take it in between
+    nodes = [node(args, rs.url, extra=["--listen", f"127.0.0.1:{port}", "--reuseport", "--drain-seconds", "600"])
              for _ in range(2)]
     try:
         check(all(n.port == port for n in nodes), f"ports {[n.port for n in nodes]}")
@@ -462,7 +516,7 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
         # socket still listening, the kernel would keep handing it about half of the new
         # connections, which would wait in its backlog, never accepted, for the whole drain.
         listening = listeners(port)
-        nodes[0].proc.send_signal(signal.SIGTERM)
+        nodes[0].signal(signal.SIGTERM)
         wait_ready(nodes[0], False)
         # /readyz says 503 from the signal on; the shards leave the group a moment later.
         deadline = time.monotonic() + scaled(10)
@@ -471,12 +525,15 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
                                                f"{listening // 2} expected once one node drains")
             time.sleep(0.02)
         before = metric(nodes[1], "wspush_connections_accepted_total")
+        # Were any left in the draining node's backlog, its opening would hang for the drain's
+        # 600 s: the timeout only turns that hang into a failure.
         fresh = await asyncio.gather(*[websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None,
-                                                          open_timeout=scaled(3)) for _ in range(100)])
+                                                          open_timeout=scaled(60)) for _ in range(100)])
         await asyncio.gather(*[subscribe(ws, ["port:shared"]) for ws in fresh])
         check(metric(nodes[1], "wspush_connections_accepted_total") - before == 100,
               "every connection opened during the drain went to the node still serving")
-        check(nodes[0].proc.poll() is None, "the draining node is still draining (its 60 s window)")
+        check(nodes[0].proc.poll() is None, "the draining node is still draining (its 600 s window)")
+        check(not nodes[1].crashed(), "the node still serving crashed\n" + nodes[1].log_tail())
         await asyncio.gather(*[ws.close() for ws in fresh])
         await asyncio.gather(*[ws.close() for ws in socks], return_exceptions=True)
     finally:
@@ -496,7 +553,7 @@ async def failover_through_nginx(a: ServerProcess, b: ServerProcess) -> None:
     if shutil.which("nginx") is None:
         raise AssertionError("nginx is needed (Debian package nginx-light)")
     shipped = open(os.path.join(ROOT, "deploy", "nginx", "wspush.conf")).read()
-    port = free_port()
+    port = reserve_port()  # nginx binds it later: nobody else may take it in between
     conf, n = re.subn(r"(?m)^    listen 80;$", f"    listen 127.0.0.1:{port};", shipped)
     check(n == 1, "the shipped config's listen line changed: update this test")
     conf, n = re.subn(r"(?m)^    server 127\.0\.0\.1:\d+ (max_fails=1 fail_timeout=5s;)\n", "", conf)
@@ -567,6 +624,7 @@ def main(args) -> None:
         f.step("a node killed behind nginx", lambda: asyncio.run(failover_through_nginx(a, b)))
         for s in (a, b):
             check(not s.crashed(), "a node crashed\n" + s.log_tail())
+        check(not rs.crashed(), f"redis-server crashed (exit {rs.proc.returncode})")
         f.done()
     finally:
         rs.close()
