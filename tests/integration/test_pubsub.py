@@ -117,17 +117,38 @@ async def grants(server: ServerProcess, admin: Admin) -> None:
 
 
 async def token_expiry(server: ServerProcess, admin: Admin) -> None:
-    exp = int(time.time()) + 2
-    ws = await websockets.connect(url(server, mint({"sub": "u", "exp": exp, "topics": ["mailbox:1"]})))
-    await subscribe(ws, ["mailbox:1"])
+    """Served while its token is valid; once its exp has passed, closed with 1008 and counted."""
+    expired_before = admin.metrics().get("wspush_token_expired_closes_total", 0)
+    too_slow = 0  # connections of a too short window the server closed as expired
+    for window in (2, 10, 30):  # seconds the token is valid: a longer one if the set-up outlasted it
+        exp = int(time.time()) + window
+        ws = None
+        try:
+            ws = await websockets.connect(url(server, mint({"sub": "u", "exp": exp, "topics": ["mailbox:1"]})))
+            await subscribe(ws, ["mailbox:1"])
+            admin.publish("mailbox:1", "before exp")
+            msg = await recv_json(ws)
+            check(msg.get("data") == "before exp", f"expected the publish made before exp, got {msg}")
+            break
+        except (websockets.exceptions.InvalidStatusCode, websockets.exceptions.ConnectionClosed):
+            if time.time() < exp:
+                raise  # refused or closed while the token was still valid
+            too_slow += ws is not None and ws.close_code == 1008
+    else:
+        raise AssertionError("the machine never finished connecting within a token's 30 s validity")
     try:
-        await asyncio.wait_for(ws.recv(), scaled(30))
+        await asyncio.wait_for(ws.recv(), scaled(30) + window)  # only stops a hang
         raise AssertionError("expected the server to close the connection")
     except websockets.exceptions.ConnectionClosed:
         pass
     closed_at = time.time()
     check(ws.close_code == 1008, f"expired token closed with {ws.close_code}, expected 1008")
+    # An order, not a bound on speed: the server closes only once its wall clock (the one
+    # time.time() reads) shows exp, and this clock is read after the close arrived.
     check(closed_at >= exp, f"closed {exp - closed_at:.2f}s before the token's exp")
+    expired = admin.metrics().get("wspush_token_expired_closes_total", 0)
+    check(expired == expired_before + too_slow + 1, f"wspush_token_expired_closes_total went {expired_before:.0f} -> "
+                                                    f"{expired:.0f}, expected +{too_slow + 1}")
 
 
 # ---- the protocol ------------------------------------------------------------------------------
