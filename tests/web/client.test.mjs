@@ -1,19 +1,21 @@
 // The browser client (server/web/wspush.mjs) in Node, with the `ws` package as its WebSocket, against
-// the real server: backoff bounds and jitter spread, events, resume with `since`, lost, a refused
-// token, the in-band refresh, dead-connection detection through the heartbeat, and the module the
-// server serves being this very source. Node's test runner (node:test), run as a script:
+// the real server: backoff draws and growing windows, events, resume with `since` (by replay, while
+// the link is held down), lost, a refused token, the in-band refresh, dead-connection detection
+// through the heartbeat, and the module the server serves being this very source (the classic
+// /wspush.js runs in Chromium: browser.test.mjs). Node's test runner (node:test), run as a script:
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/client.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import vm from 'node:vm';
+import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 
 import { WsPush, backoffDelay, tokenExpiry } from '../../server/web/wspush.mjs';
 import { Server, Skip, scaled } from '../integration/testlib.mjs';
+import { reservePort } from '../integration/ports.mjs';
+import { TcpGate } from './tcp_gate.mjs';
 
 const binary = process.env.WSPUSH_SERVER;
 const io = process.env.WSPUSH_IO || 'epoll';
@@ -59,12 +61,38 @@ async function metric(server, name) {
   return line ? Number(line.split(' ')[1]) : NaN;
 }
 
+// Anything a test waits on (a frame, a state, a dial) wakes the waiters of until().
+const wakers = new Set();
+function notify() {
+  for (const w of [...wakers]) w();
+}
+
+/** Resolves with cond()'s first truthy value (cond may be async), re-checked on every notify() and
+ * every 100 ms (for what has no event: a metric); fails after `seconds` (scaled): only a hang stops it. */
+async function until(cond, what, seconds = 10) {
+  const deadline = Date.now() + scaled(seconds) * 1000;
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${scaled(seconds)}s waiting for ${what}`);
+    await new Promise((resolve) => {
+      const wake = () => {
+        wakers.delete(wake);
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(wake, 100);
+      wakers.add(wake);
+    });
+  }
+}
+
 /** Resolves when `emitter.on(event)` fires with a value passing `pred` (fails after `seconds`). */
 function when(client, event, pred = () => true, seconds = 10) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       off();
-      reject(new Error(`no '${event}' within ${seconds}s (state ${client.state})`));
+      reject(new Error(`no '${event}' within ${scaled(seconds)}s (state ${client.state})`));
     }, scaled(seconds) * 1000);
     const off = client.on(event, (v) => {
       if (!pred(v)) return;
@@ -78,36 +106,56 @@ function when(client, event, pred = () => true, seconds = 10) {
 /** Collects a topic's events; `until(n)` resolves once n have arrived. */
 function collect(client, topic) {
   const got = [];
-  let wake = null;
   client.subscribe(topic, (e) => {
     got.push(e);
-    wake?.();
+    notify();
   });
-  got.until = async (n, seconds = 10) => {
-    const deadline = Date.now() + scaled(seconds) * 1000;
-    while (got.length < n) {
-      if (Date.now() > deadline) throw new Error(`${got.length} of ${n} events of ${topic} arrived`);
-      await new Promise((r) => { wake = r; setTimeout(r, 200); });
-    }
-    return got;
-  };
+  got.until = (n, seconds = 10) => until(() => got.length >= n && got, `${n} events of ${topic} (${got.length} came)`, seconds);
   return got;
+}
+
+/** Every state a client takes, from its first ('connecting'). */
+function states(client) {
+  const seen = [client.state];
+  client.on('state', (s) => {
+    seen.push(s);
+    notify();
+  });
+  return seen;
+}
+
+/** The `ws` WebSocket, numbering its connections (`dials`) and keeping what each sent and received. */
+let dials = 0;
+class Recording extends WebSocket {
+  constructor(...args) {
+    super(...args);
+    this.dial = ++dials;
+    this.sent = [];
+    this.frames = [];
+    this.on('message', (data) => {
+      this.frames.push(JSON.parse(data.toString()));
+      notify();
+    });
+    this.on('close', notify);
+    notify();
+  }
+
+  send(data, ...rest) {
+    this.sent.push(JSON.parse(data));
+    return super.send(data, ...rest);
+  }
 }
 
 const clients = [];
 function client(url, options = {}) {
-  const c = new WsPush(url, { WebSocket, ...options });
+  const c = new WsPush(url, { WebSocket: Recording, ...options });
   clients.push(c);
   return c;
 }
 
-/** A port nothing listens on. */
-async function closedPort() {
-  const s = createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
+/** The server's `subbed` reply naming `topic` on the client's current connection: the sub is in force. */
+function subbed(c, topic) {
+  return until(() => c._ws?.frames?.some((m) => m.op === 'subbed' && m.topics.includes(topic)), `'subbed' for ${topic}`);
 }
 
 test('backoff: full jitter, uniform over [0, min(max, base * 2^n)]', () => {
@@ -135,69 +183,104 @@ test('backoff: full jitter, uniform over [0, min(max, base * 2^n)]', () => {
   for (const n of deciles) assert.ok(n > 1600 && n < 2400, `deciles ${deciles}`);
 });
 
-test('reconnect attempts to a server that is down wait within their growing windows', async () => {
-  const port = await closedPort();
+test('reconnect tries to a server that is down: each waits its draw from a window that doubles', async () => {
+  const port = await reservePort();  // reserved and never bound: every try is refused
   const attempts = [];
-  class Counting extends WebSocket {
+  class Counting extends Recording {
     constructor(...args) {
-      attempts.push(Date.now());
+      attempts.push(performance.now());
       super(...args);
     }
   }
-  const c = client(`ws://127.0.0.1:${port}/ws`, { WebSocket: Counting, baseDelay: 40, maxDelay: 400 });
-  const deadline = Date.now() + scaled(10) * 1000;
-  while (attempts.length < 8 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const draws = [];  // what the client drew its delays from, and for which try in a row
+  let c = null;
+  const random = () => {
+    const r = Math.random();
+    draws.push({ attempt: c._attempt, r });
+    return r;
+  };
+  c = client(`ws://127.0.0.1:${port}/ws`, { WebSocket: Counting, baseDelay: 40, maxDelay: 400, random });
+  await until(() => attempts.length >= 8, 'eight tries');
   c.close();
-  assert.ok(attempts.length >= 8, `only ${attempts.length} attempts`);
-  for (let k = 1; k < 8; k++) {
-    const gap = attempts[k] - attempts[k - 1];
-    const window = Math.min(400, 40 * 2 ** (k - 1));
-    assert.ok(gap <= window + scaled(0.25) * 1000, `attempt ${k} came ${gap} ms after the last (window ${window} ms)`);
-  }
   assert.equal(c.state, 'closed');
+  // The first try is made at once; the k-th try after it draws from the window of try k-1 in a
+  // row (40 ms doubling to the 400 ms cap, backoffDelay's unit test above), and comes no earlier
+  // than its draw: a timer never fires early, a busy machine only makes it later.
+  for (let k = 1; k < 8; k++) {
+    assert.equal(draws[k - 1].attempt, k - 1, `draw ${k - 1} was for try ${draws[k - 1].attempt} in a row`);
+    const delay = backoffDelay(k - 1, 40, 400, () => draws[k - 1].r);
+    const gap = attempts[k] - attempts[k - 1];
+    assert.ok(gap >= delay - 2, `try ${k} came ${gap.toFixed(1)} ms after the last, before its ${delay} ms delay`);
+  }
 });
 
-test('events arrive as {topic, id, data}; a dropped connection resumes with since: no gap, no duplicate', async () => {
+test('events arrive as {topic, id, data}; what was published while the link was down comes by replay with since, once', async () => {
   const server = await start();
-  const url = `ws://127.0.0.1:${server.port}/ws`;
-  const c = client(url, { baseDelay: 200, random: () => 0.99 });
+  const gate = await new TcpGate(server.port).open();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
   await when(c, 'state', (s) => s === 'open');
   const got = collect(c, 'mailbox:1');
-  // The sub must be in force before the first publish: a fence through another topic.
-  const fence = collect(c, 'fence');
-  await publish(server, 'fence', 0);
-  await fence.until(1);
+  await subbed(c, 'mailbox:1');
   for (let n = 1; n <= 3; n++) await publish(server, 'mailbox:1', { n, subject: `mail ${n}` });
   await got.until(3);
   assert.deepEqual(Object.keys(got[0]).sort(), ['data', 'id', 'topic']);
   assert.deepEqual(got[0].data, { n: 1, subject: 'mail 1' });
-  c._ws.terminate();  // the network drops; the client comes back after its jittered delay (~400 ms)
+  const first = c._ws;
+
+  // The link drops and stays down: the client's tries are refused while 4-6 are published.
+  await gate.shut();
+  await until(() => c.state === 'reconnecting', 'the client to see the drop');
+  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
   for (let n = 4; n <= 6; n++) await publish(server, 'mailbox:1', { n, subject: `mail ${n}` });
+  const triedBefore = dials;
+  await until(() => dials >= triedBefore + 2, 'two refused tries');
+  assert.equal(c.state, 'reconnecting');
+  assert.equal(got.length, 3, 'an event arrived while the link was down');
+  assert.equal(await metric(server, 'wspush_subscriptions'), 0);
+
+  await gate.open();
   await got.until(6);
+  const again = c._ws;
+  assert.notEqual(again, first);
+  // It asked for what came after 3, and got the subbed reply and then 4-6: acknowledged while no
+  // connection held the subscription, they can only have come by replay.
+  assert.deepEqual(again.sent[0], { op: 'sub', topics: ['mailbox:1'], since: { 'mailbox:1': got[2].id } });
+  const onAgain = again.frames.filter((m) => m.op === 'subbed' || m.topic === 'mailbox:1')
+    .map((m) => (m.op === 'subbed' ? `subbed ${m.topics} lost ${m.lost ?? []}` : m.data.n));
+  assert.deepEqual(onAgain, ['subbed mailbox:1 lost ', 4, 5, 6]);
   await publish(server, 'mailbox:1', { n: 7, subject: 'mail 7' });
   await got.until(7);
   assert.deepEqual(got.map((e) => e.data.n), [1, 2, 3, 4, 5, 6, 7]);
   assert.equal(new Set(got.map((e) => e.id)).size, 7);
   c.close();
+  await gate.shut();
 });
 
 test('past the history window the application is told "lost", and gets what is retained', async () => {
   const server = await start({ extra: ['--history-size', '2'] });
-  const c = client(`ws://127.0.0.1:${server.port}/ws`, { baseDelay: 750, random: () => 0.99 });
+  const gate = await new TcpGate(server.port).open();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
   await when(c, 'state', (s) => s === 'open');
   const got = collect(c, 'mailbox:2');
-  const fence = collect(c, 'fence');
-  await publish(server, 'fence', 0);
-  await fence.until(1);
+  await subbed(c, 'mailbox:2');
   await publish(server, 'mailbox:2', 1);
   await got.until(1);
-  const lost = when(c, 'lost');
-  c._ws.terminate();  // back in ~1.5 s (a lost connection's first window: 2 x 750 ms): five publishes meanwhile, the history keeps two
+  const lost = [];
+  c.on('lost', (topics) => {
+    lost.push(topics);
+    notify();
+  });
+  await gate.shut();  // down while five are published: the history keeps the last two
+  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
   for (let n = 2; n <= 6; n++) await publish(server, 'mailbox:2', n);
-  assert.deepEqual(await lost, ['mailbox:2']);
+  assert.equal(got.length, 1, 'an event arrived while the link was down');
+  await gate.open();
+  await until(() => lost.length >= 1, "'lost'");
   await got.until(3);
+  assert.deepEqual(lost, [['mailbox:2']]);
   assert.deepEqual(got.map((e) => e.data), [1, 5, 6]);
   c.close();
+  await gate.shut();
 });
 
 test('a refused token: getToken is asked once; a good fresh one reconnects, a bad one ends in auth_failed', async () => {
@@ -218,73 +301,78 @@ test('a refused token: getToken is asked once; a good fresh one reconnects, a ba
   });
   await when(good, 'state', (s) => s === 'open');
   const got = collect(good, 'mailbox:3');
-  await new Promise((r) => setTimeout(r, 100));
+  await subbed(good, 'mailbox:3');
   await publish(server, 'mailbox:3', 'hello');
   await got.until(1);
   good.close();
-  // A token that expires on an open connection without getToken: 1008, then auth_failed.
-  const short = client(url, { token: mint({ exp: nowS() + 2, topics: ['mailbox:3'] }), baseDelay: 20 });
-  await when(short, 'state', (s) => s === 'open');
-  await when(short, 'state', (s) => s === 'auth_failed', 6);
 });
 
-test('the token is refreshed in-band before it expires, without a reconnect', async () => {
+test('the token is refreshed in-band before it expires, without a reconnect; without getToken, 1008 then auth_failed', async () => {
   const server = await start({ jwtSecret: SECRET });
   const exp = nowS() + 4;
+  const short = mint({ exp, topics: ['mailbox:4'] });
   const fresh = mint({ exp: nowS() + 3600, topics: ['mailbox:4'] });
+  const url = `ws://127.0.0.1:${server.port}/ws`;
   let asked = 0;
-  const c = client(`ws://127.0.0.1:${server.port}/ws`, {
-    token: mint({ exp, topics: ['mailbox:4'] }), refreshAt: [0.4, 0.4],
-    getToken: async () => { asked++; return fresh; },
+  const c = client(url, {
+    token: short, refreshAt: [0.4, 0.4], getToken: async () => { asked++; return fresh; },
   });
-  const states = [];
-  c.on('state', (s) => states.push(s));
-  await when(c, 'state', (s) => s === 'open');
+  const seen = states(c);
+  // The control: the same token, no getToken. The server closes it with 1008 once the token has
+  // expired; when it has, the first token is good nowhere, and only the refresh keeps c open.
+  const control = client(url, { token: short, baseDelay: 20 });
+  const controlSeen = states(control);
+  await until(() => c.state === 'open', 'the refreshing client to open');
   const got = collect(c, 'mailbox:4');
-  // Past the first token's exp (a deadline, not a synchronisation): without the refresh the
-  // server would have closed the connection with 1008 by now.
-  while (nowS() <= exp + 1) await new Promise((r) => setTimeout(r, 250));
+  await subbed(c, 'mailbox:4');
+  await until(() => controlSeen.includes('auth_failed'), 'the control to be closed at exp', 20);
+  assert.deepEqual(controlSeen, ['connecting', 'open', 'auth_failed']);
+  assert.equal(await metric(server, 'wspush_token_expired_closes_total'), 1);
   assert.equal(asked, 1);
+  assert.ok(c._ws.frames.some((m) => m.op === 'authed'), 'the server never answered an auth');
+  assert.ok(c._ws.sent.some((m) => m.op === 'auth' && m.token === fresh), 'no auth was sent');
   assert.equal(c._token, fresh);
-  assert.deepEqual(states, ['open']);
-  assert.equal(await metric(server, 'wspush_token_expired_closes_total'), 0);
+  assert.deepEqual(seen, ['connecting', 'open']);
   await publish(server, 'mailbox:4', 'still here');
   await got.until(1);
+  assert.deepEqual(seen, ['connecting', 'open']);
   c.close();
 });
 
 test('a server that goes silent is detected by the heartbeat and left; the client comes back', async () => {
-  const server = await start({ extra: ['--ping-interval', '0.5', '--pong-timeout', '1'] });
-  const c = client(`ws://127.0.0.1:${server.port}/ws`, { heartbeatTimeout: 2000, baseDelay: 100 });
-  await when(c, 'state', (s) => s === 'open');
-  // Alive, it answers the text pings: the connection outlives several heartbeat timeouts.
+  const server = await start({ extra: ['--ping-interval', '0.5', '--pong-timeout', '2'] });
+  const c = client(`ws://127.0.0.1:${server.port}/ws`, { heartbeatTimeout: 3000, baseDelay: 100 });
+  const seen = states(c);
+  await until(() => c.state === 'open', 'open');
+  // Alive, it pings and the client answers: four pongs on one connection.
   const before = await metric(server, 'wspush_messages_in_total');
-  const settled = Date.now() + 5000;
-  while (Date.now() < settled) await new Promise((r) => setTimeout(r, 250));
-  assert.equal(c.state, 'open');
-  assert.ok(await metric(server, 'wspush_messages_in_total') - before >= 4, 'no pongs answered the heartbeat');
+  await until(async () => (await metric(server, 'wspush_messages_in_total')) - before >= 4, 'four pongs');
+  assert.ok(c._ws.frames.filter((m) => m.op === 'ping').length >= 4, 'pongs without pings');
+  assert.deepEqual(seen, ['connecting', 'open']);
+  const first = c._ws;
   process.kill(server.proc.pid, 'SIGSTOP');  // the server hangs: TCP stays up, nothing arrives
   try {
-    await when(c, 'state', (s) => s === 'reconnecting', 5);
+    await until(() => c.state === 'reconnecting', 'the client to leave the silent connection', 20);
   } finally {
     process.kill(server.proc.pid, 'SIGCONT');
   }
-  await when(c, 'state', (s) => s === 'open', 10);
+  await until(() => c.state === 'open', 'the client back', 20);
+  assert.notEqual(c._ws, first);
+  assert.deepEqual(seen, ['connecting', 'open', 'reconnecting', 'open']);
   c.close();
 });
 
-test('the server serves this source as /wspush.mjs, and as a classic script setting window.WsPush', async () => {
+test('the server serves this source as /wspush.mjs, and /wspush.js as a script', async () => {
   const server = await start();
   const source = readFileSync(new URL('../../server/web/wspush.mjs', import.meta.url), 'utf8');
   const mjs = await fetch(`http://127.0.0.1:${server.port}/wspush.mjs`);
   assert.equal(mjs.status, 200);
   assert.match(mjs.headers.get('content-type'), /javascript/);
   assert.equal(await mjs.text(), source);
-  const js = await (await fetch(`http://127.0.0.1:${server.port}/wspush.js`)).text();
-  const page = { setTimeout, clearTimeout, URL, atob };  // a page's global object (window)
-  vm.runInNewContext(js, page);
-  assert.equal(typeof page.WsPush, 'function');
-  assert.equal(page.WsPush.tokenExpiry(mint({ exp: 1234 })), 1234);
+  const js = await fetch(`http://127.0.0.1:${server.port}/wspush.js`);
+  assert.equal(js.status, 200);
+  assert.match(js.headers.get('content-type'), /javascript/);  // run as a page's classic script in browser.test.mjs
+  assert.equal(tokenExpiry(mint({ exp: 1234 })), 1234);
   assert.equal(tokenExpiry('not a token'), 0);
 });
 
