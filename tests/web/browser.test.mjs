@@ -1,27 +1,34 @@
 // The mailbox demo page in real Chromium (Debian's /usr/bin/chromium, driven by playwright-core; no
 // browser is downloaded): the page connects, a publish through the admin API appears on it; the
-// server is killed and a fresh one started on the same port: the page reconnects by itself, says
-// the history was lost (the embedded bus keeps none across a restart), shows what the new server
-// published while it was away and what came after. A screenshot is taken and must not be blank.
-// Then the same page over https:// from a server with a certificate made here (certificate errors
-// are ignored in that browser context only): its client connects over wss:// and a publish arrives.
+// server is killed and a fresh one started on the same port while the page's link is held down (a
+// TCP gate in front of the server): the page reconnects by itself once the link is back, says the
+// history was lost (the embedded bus keeps none across a restart), shows what the new server
+// published while it was away (replayed) and what came after. A screenshot is taken and must not
+// be blank. Then the same page over https:// from a server with a certificate made here
+// (certificate errors are ignored in that browser context only): its client connects over wss://
+// and a publish arrives. Then the classic script /wspush.js in a page: window.WsPush, its backoff
+// through a server restart, its heartbeat leaving a server that hangs, and its in-band token
+// refresh, each against the real server.
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/browser.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createServer } from 'node:net';
 import { inflateSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 
 import { Server, Skip, makeTestCert, scaled } from '../integration/testlib.mjs';
+import { reservePort } from '../integration/ports.mjs';
+import { TcpGate } from './tcp_gate.mjs';
 
 const binary = process.env.WSPUSH_SERVER;
 const io = process.env.WSPUSH_IO || 'epoll';
 const chromiumPath = process.env.WSPUSH_CHROMIUM || '/usr/bin/chromium';
 const artifacts = process.env.WSPUSH_ARTIFACTS || 'build/web-artifacts';
+const SECRET = 'browser-test-secret';
 if (!binary) {
   console.error('set WSPUSH_SERVER to the wspush binary');
   process.exit(2);
@@ -31,17 +38,10 @@ if (!existsSync(chromiumPath)) {
   process.exit(1);
 }
 
-async function freePort() {
-  const s = createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
 const servers = [];
-async function start(port, extra = []) {
-  const server = new Server({ server: binary, io, mode: 'pubsub', listen: `127.0.0.1:${port}`, extra });
+/** A server on 127.0.0.1:`port` (0: any free port); `options` go to Server (extra, jwtSecret). */
+async function start(port, options = {}) {
+  const server = new Server({ server: binary, io, mode: 'pubsub', listen: `127.0.0.1:${port}`, ...options });
   servers.push(server);
   try {
     return await server.start();
@@ -54,11 +54,77 @@ async function start(port, extra = []) {
   }
 }
 
+/** Kills the server by PID and waits until it has exited (its port is free again). */
+async function stop(server) {
+  server.kill();
+  await server.exitPromise;
+}
+
+let launched = null;
+function browser() {
+  launched ??= chromium.launch({
+    executablePath: chromiumPath,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+  return launched;
+}
+
+function mint(claims, secret = SECRET) {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const head = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(claims)}`;
+  return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
+}
+const nowS = () => Math.floor(Date.now() / 1000);
+
 async function publish(server, topic, data) {
   const r = await fetch(`http://127.0.0.1:${server.adminPort}/publish`, {
     method: 'POST', body: JSON.stringify({ topic, data }),
   });
   assert.equal(r.status, 200);
+}
+
+async function metric(server, name) {
+  const text = await (await fetch(`http://127.0.0.1:${server.adminPort}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  return line ? Number(line.split(' ')[1]) : NaN;
+}
+
+/** Polls an async condition (a metric: it has no event) until it holds; fails only on a hang. */
+async function until(cond, what, seconds = 10) {
+  const deadline = Date.now() + scaled(seconds) * 1000;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${scaled(seconds)}s waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Runs in the page before its client is made: numbers the page's WebSocket connections
+ * (window.__dials) and keeps what each received and sent (window.__frames, window.__sent). */
+function instrument() {
+  window.__dials = 0;
+  window.__frames = [];
+  window.__sent = [];
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      const dial = ++window.__dials;
+      this.dial = dial;
+      this.addEventListener('message', (e) => window.__frames.push({ dial, m: JSON.parse(e.data) }));
+    }
+
+    send(data) {
+      window.__sent.push({ dial: this.dial, m: JSON.parse(data) });
+      return super.send(data);
+    }
+  };
+}
+
+/** Waits in the page for the server's `subbed` naming `topic` on connection `dial` (default: the latest). */
+function subbed(page, topic, dial = 0) {
+  return page.waitForFunction(([t, d]) => window.__frames.some((f) => f.dial === (d || window.__dials)
+    && f.m.op === 'subbed' && f.m.topics.includes(t)), [topic, dial], { timeout: scaled(10) * 1000 });
 }
 
 /** Distinct byte values in a PNG's decompressed scanlines: a blank page has a handful. */
@@ -76,34 +142,49 @@ function pngVariety(png) {
 }
 
 test('the demo page: live notifications, a server restart survived, lost reported, screenshot', async () => {
-  const port = await freePort();
+  const port = await reservePort();  // the server's, reused by the restart
   let server = await start(port);
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  const gate = await new TcpGate(port).open();  // the page's link to it
+  const context = await (await browser()).newContext({ viewport: { width: 900, height: 700 } });
   try {
-    const page = await browser.newPage({ viewport: { width: 900, height: 700 } });
+    const page = await context.newPage();
+    await page.addInitScript(instrument);
     const wait = { timeout: scaled(10) * 1000 };
-    await page.goto(`http://127.0.0.1:${port}/?mailbox=7`);
+    const stateIs = (s) => page.waitForFunction((want) => document.getElementById('state').dataset.state === want, s, wait);
+    await page.goto(`http://127.0.0.1:${gate.port}/?mailbox=7`);
     const state = page.getByTestId('state');
     const notes = page.getByTestId('notifications');
-    await page.waitForFunction(() => document.getElementById('state').dataset.state === 'open', null, wait);
+    await stateIs('open');
+    await subbed(page, 'mailbox:7');
     await publish(server, 'mailbox:7', { from: 'alice', subject: 'Hello from the test' });
     await notes.getByText('alice: Hello from the test').waitFor(wait);
 
-    // The next reconnect, deterministic: ~2.9 s after the connection drops (a lost connection's
-    // first window is 2 x base).
-    await page.evaluate(() => { window.wspushClient._base = 1500; window.wspushClient._random = () => 0.97; });
-    process.kill(server.proc.pid, 'SIGKILL');
-    await page.waitForFunction(() => document.getElementById('state').dataset.state === 'reconnecting', null, wait);
-    server = await start(port);  // a fresh process: its history starts empty, in a new epoch
+    // Quick tries once the link is back (the default window grows to 30 s).
+    await page.evaluate(() => { window.wspushClient._base = 100; window.wspushClient._max = 400; });
+    await stop(server);
+    await stateIs('reconnecting');
+    // The link is held down while a fresh process (its history empty, in a new epoch) starts on
+    // the same port and publishes: the page can only get bob by replay.
+    await gate.shut();
+    server = await start(port);
     await publish(server, 'mailbox:7', { from: 'bob', subject: 'Sent while you were away' });
-    await page.waitForFunction(() => document.getElementById('state').dataset.state === 'open', null,
-      { timeout: scaled(15) * 1000 });
+    assert.equal(await metric(server, 'wspush_connections_accepted_total'), 0, 'the page reached the server through a shut gate');
+    assert.equal(await state.getAttribute('data-state'), 'reconnecting');
+    const before = await page.evaluate(() => window.__dials);
+    await gate.open();
+    await stateIs('open');
     await page.getByTestId('log').getByText('no longer reaches back for mailbox:7').waitFor(wait);
-    await notes.getByText('bob: Sent while you were away').waitFor(wait);  // replayed from the new history
+    await notes.getByText('bob: Sent while you were away').waitFor(wait);
+    // On the connection that came back: the sub asked for what came after alice, the reply said
+    // the new server's history does not reach back (lost), and bob followed it.
+    const dial = await page.evaluate(() => window.__dials);
+    assert.ok(dial > before, 'no new connection');
+    const frames = await page.evaluate((d) => window.__frames.filter((f) => f.dial === d).map((f) => f.m), dial);
+    const sent = await page.evaluate((d) => window.__sent.filter((f) => f.dial === d).map((f) => f.m), dial);
+    assert.ok(sent[0].op === 'sub' && sent[0].since?.['mailbox:7'], `the resubscription ${JSON.stringify(sent[0])} has no since`);
+    const seq = frames.filter((m) => m.op === 'subbed' || m.topic === 'mailbox:7')
+      .map((m) => (m.op === 'subbed' ? `subbed lost ${m.lost}` : m.data.from));
+    assert.deepEqual(seq, ['subbed lost mailbox:7', 'bob']);
     await publish(server, 'mailbox:7', { from: 'carol', subject: 'After the restart' });
     await notes.getByText('carol: After the restart').waitFor(wait);
     assert.equal(await state.textContent(), 'open');
@@ -115,41 +196,167 @@ test('the demo page: live notifications, a server restart survived, lost reporte
     assert.ok(shot.length > 10000, `a ${shot.length}-byte screenshot`);
     assert.ok(pngVariety(shot) > 40, 'the screenshot is blank (almost no distinct pixel values)');
   } finally {
-    await browser.close();
+    await context.close();
+    await gate.shut();
   }
 });
 
 test('the page over https:// and its client over wss://', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'wspush-page-tls-'));
   const { cert, key } = makeTestCert(dir);
-  const port = await freePort();
-  const server = await start(port, ['--tls-cert', cert, '--tls-key', key]);
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  const port = await reservePort();
+  const server = await start(port, { extra: ['--tls-cert', cert, '--tls-key', key] });
+  // The test's certificate is self-signed: this context (and only it) accepts it.
+  const context = await (await browser()).newContext({ ignoreHTTPSErrors: true });
   try {
-    // The test's certificate is self-signed: this context (and only it) accepts it.
-    const context = await browser.newContext({ ignoreHTTPSErrors: true });
     const page = await context.newPage();
+    await page.addInitScript(instrument);
     const wait = { timeout: scaled(10) * 1000 };
     await page.goto(`https://localhost:${port}/?mailbox=9`);
     await page.waitForFunction(() => document.getElementById('state').dataset.state === 'open', null, wait);
     assert.equal(await page.evaluate(() => location.protocol), 'https:');
     assert.ok((await page.evaluate(() => window.wspushClient._url)).startsWith('wss://'), 'the client is not on wss://');
+    await subbed(page, 'mailbox:9');
     await publish(server, 'mailbox:9', { from: 'dave', subject: 'Over TLS' });
     await page.getByTestId('notifications').getByText('dave: Over TLS').waitFor(wait);
     const metrics = await (await fetch(`http://127.0.0.1:${server.adminPort}/metrics`)).text();
     const ok = Number(metrics.match(/^wspush_tls_handshakes_total\{result="ok"\} (\d+)/m)[1]);
     assert.ok(ok >= 1, 'no TLS handshake counted');
   } finally {
-    await browser.close();
+    await context.close();
     server.kill();
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test.after(() => {
+/** A page that has run the classic /wspush.js of the server on `port` (window.WsPush), instrumented. */
+async function classicPage(port) {
+  const context = await (await browser()).newContext();
+  const page = await context.newPage();
+  await page.setContent('<!doctype html><title>wspush classic script</title>');
+  await page.evaluate(instrument);
+  await page.addScriptTag({ url: `http://127.0.0.1:${port}/wspush.js` });
+  assert.equal(await page.evaluate(() => typeof window.WsPush), 'function');
+  return { context, page };
+}
+
+/** Makes window[name] a WsPush(url, options) in the page, its states in window[name + 'States']. */
+function makeClient(page, name, url, options = {}) {
+  return page.evaluate(([n, u, o]) => {
+    if (o.fresh) {
+      const fresh = o.fresh;
+      window.__asked = 0;
+      o.getToken = async () => { window.__asked++; return fresh; };
+      delete o.fresh;
+    }
+    const c = new window.WsPush(u, o);
+    window[n] = c;
+    window[`${n}States`] = [c.state];
+    c.on('state', (s) => window[`${n}States`].push(s));
+    window[`${n}Events`] = [];
+  }, [name, url, options]);
+}
+
+function waitState(page, name, state, seconds = 10) {
+  return page.waitForFunction(([n, s]) => window[n].state === s, [name, state], { timeout: scaled(seconds) * 1000 });
+}
+
+function subscribe(page, name, topic) {
+  return page.evaluate(([n, t]) => { window[n].subscribe(t, (e) => window[`${n}Events`].push(e.data)); }, [name, topic]);
+}
+
+test('the classic /wspush.js in Chromium: window.WsPush; its backoff rides out a server restart', async () => {
+  const port = await reservePort();
+  let server = await start(port);
+  const { context, page } = await classicPage(port);
+  try {
+    const wait = { timeout: scaled(10) * 1000 };
+    assert.equal(await page.evaluate(() => window.WsPush.tokenExpiry('e30.eyJleHAiOjEyMzR9.x')), 1234);
+    await makeClient(page, 'c', `ws://127.0.0.1:${port}/ws`, { baseDelay: 100, maxDelay: 400 });
+    await waitState(page, 'c', 'open');
+    await subscribe(page, 'c', 'mailbox:11');
+    await subbed(page, 'mailbox:11');
+    await publish(server, 'mailbox:11', 'before');
+    await page.waitForFunction(() => window.cEvents.includes('before'), null, wait);
+
+    await stop(server);
+    await waitState(page, 'c', 'reconnecting');
+    // While it is down the page keeps trying, and is refused.
+    const dials = await page.evaluate(() => window.__dials);
+    await page.waitForFunction((d) => window.__dials >= d + 2, dials, wait);
+    assert.equal(await page.evaluate(() => window.c.state), 'reconnecting');
+    server = await start(port);
+    await waitState(page, 'c', 'open', 15);
+    assert.deepEqual(await page.evaluate(() => window.cStates), ['connecting', 'open', 'reconnecting', 'open']);
+    await subbed(page, 'mailbox:11');
+    await publish(server, 'mailbox:11', 'after');
+    await page.waitForFunction(() => window.cEvents.includes('after'), null, wait);
+    assert.deepEqual(await page.evaluate(() => window.cEvents), ['before', 'after']);
+  } finally {
+    await context.close();
+  }
+});
+
+test('the classic /wspush.js in Chromium: the heartbeat leaves a server that hangs, and comes back', async () => {
+  const server = await start(0, { extra: ['--ping-interval', '0.5', '--pong-timeout', '2'] });
+  const { context, page } = await classicPage(server.port);
+  try {
+    await makeClient(page, 'c', `ws://127.0.0.1:${server.port}/ws`, { heartbeatTimeout: 3000, baseDelay: 100 });
+    await waitState(page, 'c', 'open');
+    // Alive, the server pings and the page answers: three pongs on one connection.
+    await until(async () => (await metric(server, 'wspush_messages_in_total')) >= 3, 'three pongs');
+    assert.ok(await page.evaluate(() => window.__frames.filter((f) => f.dial === 1 && f.m.op === 'ping').length >= 3),
+      'pongs without pings');
+    assert.deepEqual(await page.evaluate(() => window.cStates), ['connecting', 'open']);
+    process.kill(server.proc.pid, 'SIGSTOP');  // TCP stays up, nothing arrives
+    try {
+      await waitState(page, 'c', 'reconnecting', 20);
+    } finally {
+      process.kill(server.proc.pid, 'SIGCONT');
+    }
+    await waitState(page, 'c', 'open', 20);
+    assert.deepEqual(await page.evaluate(() => window.cStates), ['connecting', 'open', 'reconnecting', 'open']);
+    assert.ok(await page.evaluate(() => window.__dials) >= 2);
+  } finally {
+    await context.close();
+  }
+});
+
+test('the classic /wspush.js in Chromium: the token is refreshed in-band and the connection outlives it', async () => {
+  const server = await start(0, { jwtSecret: SECRET });
+  const exp = nowS() + 4;
+  const short = mint({ exp, topics: ['mailbox:12'] });
+  const fresh = mint({ exp: nowS() + 3600, topics: ['mailbox:12'] });
+  const url = `ws://127.0.0.1:${server.port}/ws`;
+  const { context, page } = await classicPage(server.port);
+  try {
+    const wait = { timeout: scaled(10) * 1000 };
+    await makeClient(page, 'c', url, { token: short, refreshAt: [0.4, 0.4], fresh });  // connection 1
+    // The control (connection 2): the same token, no getToken. The server closes it with 1008
+    // once the token has expired: from then the first token is good nowhere.
+    await makeClient(page, 'control', url, { token: short, baseDelay: 20 });
+    await waitState(page, 'c', 'open');
+    await subscribe(page, 'c', 'mailbox:12');
+    await subbed(page, 'mailbox:12', 1);
+    await waitState(page, 'control', 'auth_failed', 20);
+    assert.deepEqual(await page.evaluate(() => window.controlStates), ['connecting', 'open', 'auth_failed']);
+    assert.equal(await metric(server, 'wspush_token_expired_closes_total'), 1);
+    assert.equal(await page.evaluate(() => window.__asked), 1);
+    const sent = await page.evaluate(() => window.__sent.filter((f) => f.dial === 1).map((f) => f.m));
+    assert.ok(sent.some((m) => m.op === 'auth' && m.token), 'the page sent no auth');
+    const frames = await page.evaluate(() => window.__frames.filter((f) => f.dial === 1).map((f) => f.m));
+    assert.ok(frames.some((m) => m.op === 'authed'), 'the server answered no auth');
+    assert.equal(await page.evaluate(() => window.c._token), fresh);
+    await publish(server, 'mailbox:12', 'still here');
+    await page.waitForFunction(() => window.cEvents.includes('still here'), null, wait);
+    assert.deepEqual(await page.evaluate(() => window.cStates), ['connecting', 'open']);
+    assert.equal(await page.evaluate(() => window.__dials), 2);
+  } finally {
+    await context.close();
+  }
+});
+
+test.after(async () => {
   for (const s of servers) s.kill();
+  if (launched) await (await launched).close();
 });
