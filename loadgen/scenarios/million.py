@@ -27,8 +27,15 @@ misdelivered.
   loadgen/scenarios/million.py                                     # 100k, 250k, 500k, 1M
   loadgen/scenarios/million.py --steps 50000 --nodes 3             # the CI smoke version
 """
-import argparse, json, math, os, re, resource, shutil, signal, socket, subprocess, sys, tempfile
+import argparse, json, math, os, re, resource, shutil, signal, subprocess, sys, tempfile
 import threading, time, urllib.request
+
+# Every port here comes from outside the ephemeral range, checked free and locked against other
+# tests (tests/integration/wsp_ports.py): the load generator's connections take their source ports
+# from that range by the hundred thousand, and the public port is bound again by the fresh nodes
+# of the storm.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
+from wsp_ports import release_port, reserve_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -101,14 +108,6 @@ def sysctl_path(name):
 
 def read_sysctl(name):
     return open(sysctl_path(name)).read().split()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 # --- limits --------------------------------------------------------------------------------------
@@ -197,24 +196,31 @@ class Watchdog(threading.Thread):
 
 class Cluster:
     """A fresh redis-server, `nodes` wspush processes sharing the public port, and one more node
-    on the bus, on a port of its own with no clients, that takes the publishes."""
+    on the bus, on a port of its own with no clients, that takes the publishes. Its ports are
+    reserved (wsp_ports) until stop()."""
 
     def __init__(self, a, nodes, workdir, drain_seconds=None):
         self.a, self.nodes, self.workdir = a, nodes, workdir
         self.drain_seconds = drain_seconds or a.drain_seconds
-        self.rport = free_port()
-        self.port = free_port()
-        self.admin0 = a.admin_base
+        self.reserved = []
+        self.rport = self.reserve()
+        self.port = self.reserve()        # shared by the serving nodes (--reuseport), fresh ones too
+        self.pub_port = self.reserve()
+        self.pub_admin = self.reserve()
+        self.admins = [self.reserve() for _ in range(nodes)]
         self.redis = None
         self.procs = []          # serving nodes
         self.pub = None          # the publishing node
-        self.pub_admin = self.admin0 + nodes
-        self.gen = 0             # restart_all() generations: node k's admin port is admin(k)
+
+    def reserve(self):
+        port = reserve_port()
+        self.reserved.append(port)
+        return port
 
     def admin(self, k):
-        """Admin port of serving node k (of the current generation); the publishing node has
-        admin0 + nodes."""
-        return self.admin0 + self.gen * (self.nodes + 1) + k
+        """Admin port of serving node k (of the current generation: restart_all() gives the fresh
+        nodes their own while the old ones drain)."""
+        return self.admins[k]
 
     def node_argv(self, k, listen_port, admin):
         return [self.a.server, "--auth=none", "--bus", f"redis://127.0.0.1:{self.rport}",
@@ -250,7 +256,7 @@ class Cluster:
             time.sleep(0.05)
         self.procs = [self.spawn_node(k) for k in range(self.nodes)]
         logf = open(os.path.join(self.workdir, "pubnode.log"), "ab")
-        self.pub = subprocess.Popen(self.node_argv(self.nodes, free_port(), self.pub_admin), stdout=logf, stderr=logf)
+        self.pub = subprocess.Popen(self.node_argv(self.nodes, self.pub_port, self.pub_admin), stdout=logf, stderr=logf)
         self.wait_ready([self.admin(k) for k in range(self.nodes)] + [self.pub_admin])
 
     def wait_ready(self, ports, seconds=30):
@@ -303,10 +309,10 @@ class Cluster:
         1001 over --drain-seconds) while a fresh node takes its place on the shared port at once,
         as in a rolling deploy (the fresh ones on the next admin ports: the old ones keep theirs
         while they drain)."""
-        old = self.procs
+        old, old_admins = self.procs, self.admins
         for p in old:
             p.send_signal(signal.SIGTERM)
-        self.gen += 1
+        self.admins = [self.reserve() for _ in range(len(old))]
         t0 = time.monotonic()
         self.procs = [self.spawn_node(k) for k in range(len(old))]
         self.wait_ready([self.admin(k) for k in range(len(self.procs))])
@@ -316,6 +322,9 @@ class Cluster:
                 p.wait(timeout=self.drain_seconds + 30)
             except subprocess.TimeoutExpired:
                 raise Stop(f"node {k} did not finish draining within {self.drain_seconds + 30} s")
+        for port in old_admins:
+            self.reserved.remove(port)
+            release_port(port)
 
     def stop(self):
         for p in self.procs + ([self.pub] if self.pub else []):
@@ -335,6 +344,9 @@ class Cluster:
                 self.redis.kill()
                 self.redis.wait()
         self.procs, self.pub, self.redis = [], None, None
+        for port in self.reserved:
+            release_port(port)
+        self.reserved = []
 
 
 # --- the load generator --------------------------------------------------------------------------
@@ -673,7 +685,6 @@ def parse_args():
     p.add_argument("--per-loadgen", type=int, default=16_000, help="connections per load generator process")
     p.add_argument("--server", default="build/server/wspush")
     p.add_argument("--loadgen", default="build/loadgen/wspush-loadgen")
-    p.add_argument("--admin-base", type=int, default=18100, help="admin port of node n: BASE + n")
     p.add_argument("--hold", type=float, default=8, help="seconds all connections are held before publishing")
     p.add_argument("--pipeline", type=int, default=128, help="admin publishes in flight")
     p.add_argument("--ping-interval", type=int, default=120,
