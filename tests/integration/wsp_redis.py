@@ -43,7 +43,9 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
-    def start(self) -> "RedisServer":
+    def start(self, wait: bool = True) -> "RedisServer":
+        """Starts redis-server; with wait=False returns at once (it may still refuse connections,
+        or answer -LOADING), for a test that watches it load."""
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
                 "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
                 "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
@@ -53,7 +55,8 @@ class RedisServer:
                                      stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         self._killed = False
         _live_servers.add(self)
-        self.wait_ready(scaled(30))
+        if wait:
+            self.wait_ready(scaled(30))
         return self
 
     def wait_ready(self, timeout: float) -> None:
