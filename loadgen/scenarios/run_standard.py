@@ -40,6 +40,8 @@ import time
 import urllib.request
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from wsp_ports import release_port, reserve_port  # noqa: E402
 PEER = os.path.join(REPO, "tests", "bench", "peers", "node_ws_broadcast.mjs")
 LISTEN = re.compile(r"listening on ([0-9.]+):(\d+)")
 ADMIN = re.compile(r"admin API at ([0-9.]+):(\d+)")
@@ -184,7 +186,18 @@ def drain_and_restart(server, name, args, loadgen):
 
 
 def run_one(scenario, name, args):
-    server = Server(name, args)
+    # drain-storm starts a fresh server on the ports of the one it drained: ports outside the
+    # ephemeral range, checked free, that no client's connection can take in between.
+    reserved = {"ws": reserve_port(), "admin": reserve_port()} if scenario == "drain-storm" else None
+    try:
+        return run_on(scenario, name, args, reserved)
+    finally:
+        for port in (reserved or {}).values():
+            release_port(port)
+
+
+def run_on(scenario, name, args, ports):
+    server = Server(name, args, ports=ports)
     try:
         argv = loadgen_argv(scenario, server, args)
         print("+ " + " ".join(argv[argv.index(args.loadgen):]), file=sys.stderr, flush=True)
