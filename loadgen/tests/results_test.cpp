@@ -71,7 +71,7 @@ TEST_CASE("results: totals sum the children's latest counters, extremes by min a
   CHECK(agg.finished() == 0);
 }
 
-TEST_CASE("results: latency merges exactly across processes and intervals; final ends a child") {
+TEST_CASE("results: latency merges exactly across processes and intervals and final ends a child") {
   aggregate agg(2, 0.5);
   histogram a, b, empty;
   for (std::uint64_t v = 1; v <= 100; ++v) (v % 2 ? a : b).record(v * 1000);

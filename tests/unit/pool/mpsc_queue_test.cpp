@@ -91,7 +91,7 @@ TEST_CASE("mpsc_queue: several producers, one consumer, nothing lost or reordere
   CHECK_FALSE(q.try_pop(extra));
 }
 
-TEST_CASE("mpsc_queue: move-only items own what they carry; a full queue leaves the item with the caller",
+TEST_CASE("mpsc_queue: move-only items own what they carry and a full queue leaves the item with the caller",
           "[mpsc_queue]") {
   auto live = std::make_shared<int>(0);
   {

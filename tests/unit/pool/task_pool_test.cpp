@@ -215,7 +215,7 @@ TEST_CASE("task_pool: the queue is bounded", "[task_pool]") {
   CHECK(pool.stats().rejected == 4);
 }
 
-TEST_CASE("task_pool: schedule_for takes the first free cell; schedule waits for a burst",
+TEST_CASE("task_pool: schedule_for takes the first free cell and schedule waits for a burst",
           "[task_pool]") {
   task_pool pool(fixed_workers(1, 4));
   auto p1 = std::make_shared<probe>();
@@ -241,7 +241,7 @@ TEST_CASE("task_pool: schedule_for takes the first free cell; schedule waits for
   REQUIRE(eventually([&] { return pool.stats().completed == 7; }));
 }
 
-TEST_CASE("task_pool: a throwing task is contained and counted; the worker survives",
+TEST_CASE("task_pool: a throwing task is contained and counted and its worker survives",
           "[task_pool]") {
   task_pool pool(fixed_workers(1));
   std::atomic<bool> ran{false};

@@ -323,7 +323,7 @@ TEST_CASE("envelope: encode_subbed, encode_unsubbed, encode_error, encode_publis
   CHECK(str(reparse(p, published), "id") == "18");
 }
 
-TEST_CASE("envelope: auth carries a token; pong carries nothing", "[envelope]") {
+TEST_CASE("envelope: auth carries a token and pong carries nothing", "[envelope]") {
   fixture f;
   f.parser = envelope_parser(64 * 1024);  // the pub/sub default: room for the longest token
   REQUIRE(f.parse(R"({"op":"auth","token":"aaa.bbb.ccc"})").ok());

@@ -293,7 +293,7 @@ TEST_CASE("admin server: garbage gets a 400 and a close, the server lives on", "
   CHECK(c.request("GET", "/healthz").status == 200);
 }
 
-TEST_CASE("admin server: a new connection takes the slot of the quietest keyless one; keyed ones stay", "[admin]") {
+TEST_CASE("admin server: a new connection takes the slot of the quietest keyless one and keyed ones stay", "[admin]") {
   admin_options o = with_key("k");
   o.max_connections = 2;
   fixture f(o);

@@ -86,7 +86,7 @@ TEST_CASE("out_queue: the ring grows past its first block, keeping order and a p
   CHECK(leased_blocks(b) == 0);
 }
 
-TEST_CASE("out_queue: at most one pong waits, however many pings come; one being written is left alone") {
+TEST_CASE("out_queue: at most one pong waits, however many pings come, and one being written is left alone") {
   pool::buffer_pool b;
   out_queue q;
   REQUIRE(q.push(b, make_frame(b, "data")));

@@ -12,7 +12,7 @@ using namespace wspush::server;
 using namespace wspush::server::test;
 using proto::opcode;
 
-TEST_CASE("phases: an upgrade dribbled byte by byte opens; frames right behind it are read after the 101") {
+TEST_CASE("phases: an upgrade dribbled byte by byte opens and frames right behind it are read after the 101") {
   harness h;
   int fd = h.accept();
   CHECK(h.open_count == 1);
@@ -57,7 +57,7 @@ TEST_CASE("phases: messages in fragments, with a ping between, reach the applica
   CHECK((f[2].opcode == 0x2 && f[2].payload.size() == 70000));
 }
 
-TEST_CASE("phases: an application holds a connection's messages while it works; they come in order after resume") {
+TEST_CASE("phases: an application holds a connection's messages while it works and they come in order after resume") {
   harness h;
   h.app.hold_on = "sub";
   int fd = h.open();
@@ -124,7 +124,7 @@ TEST_CASE("phases: a ping flood from a peer that does not read leaves at most on
   CHECK(h.conns.at(h.slot(fd)).state == conn_state::closing);
 }
 
-TEST_CASE("phases: a burst over the bound that the kernel takes closes no one; a reader that refuses is closed") {
+TEST_CASE("phases: a burst over the bound that the kernel takes closes no one but a reader that refuses is closed") {
   conn_options o;
   o.max_pending_bytes = 64 * 1024;
   harness h(o);

@@ -54,7 +54,7 @@ event make_event(pool::buffer_pool& b, std::string_view topic, std::string bytes
 
 }  // namespace
 
-TEST_CASE("fanout: a run of one topic goes out as one block; topics interleaved stay in order") {
+TEST_CASE("fanout: a run of one topic goes out as one block and topics interleaved stay in order") {
   pool::buffer_pool b;
   loop l{loop_options{}};
   fanout f(l, 64, 1, registry_options{8, 128, 1});

@@ -74,7 +74,7 @@ TEST_CASE("hub: a publish is framed once, stored in the history with its id, dat
   CHECK(a.got[0].frame.bytes().data() == b.got[0].frame.bytes().data());  // encoded once
 }
 
-TEST_CASE("hub: a crowded shard makes the publish busy; a refusing port drops and counts, never waits") {
+TEST_CASE("hub: a crowded shard makes the publish busy and a refusing port drops and counts, never waits") {
   pool::buffer_pool buffers;
   hub h(history_options{.size_per_topic = 4, .epoch = "e2"}, buffers);
   fake_port a, b;

@@ -20,7 +20,7 @@ std::string grants(std::initializer_list<std::string_view> patterns) {
 }
 }  // namespace
 
-TEST_CASE("session table: a mailbox token's grants fit in the record; long ones go to the heap") {
+TEST_CASE("session table: a mailbox token's grants fit in the record and long ones go to the heap") {
   session_table t;
   CHECK(t.get(5).exp == 0);  // never set: empty, no grants
   CHECK_FALSE(proto::grants_match(t.get(5).topics(), "mailbox:1"));

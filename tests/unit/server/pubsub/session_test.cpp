@@ -153,7 +153,7 @@ TEST_CASE("session: sub with since replays what was missed after subbed, and say
   CHECK(x.got(2)[0] == R"({"op":"subbed","topics":["t"],"lost":["t"]})");
 }
 
-TEST_CASE("session: with tokens, grants decide sub and pub, all or nothing; the token's exp is the expiry") {
+TEST_CASE("session: with tokens, grants decide sub and pub, all or nothing, and the token's exp is the expiry") {
   fixture x(true);
   x.open(1, compact({"mailbox:42", "team:*"}), compact({"team:*"}), 4'000'000'000);
   CHECK(x.s.expiry(1) == 4'000'000'000u);
@@ -181,7 +181,7 @@ TEST_CASE("session: without tokens clients publish only when allowed") {
   CHECK(open_pub.h.events().stats().entries == 1);
 }
 
-TEST_CASE("session: refusals in a row close with 1008; a good message resets the count; binary is 1003") {
+TEST_CASE("session: refusals in a row close with 1008, a good message resets the count and binary is 1003") {
   fixture x(false);
   x.open(1);
   for (int k = 0; k < 7; ++k) x.say(1, "nope");
@@ -198,7 +198,7 @@ TEST_CASE("session: refusals in a row close with 1008; a good message resets the
   CHECK(x.conns.closed[2] == 1003);
 }
 
-TEST_CASE("session: a closed connection leaves no subscription behind; its slot starts clean") {
+TEST_CASE("session: a closed connection leaves no subscription behind and its slot starts clean") {
   fixture x(true);
   x.open(1, compact({"*"}), {});
   x.say(1, R"({"op":"sub","topics":["a","b","c"]})");
@@ -243,7 +243,7 @@ TEST_CASE("session: auth replaces grants and expiry in-band and unsubscribes wha
   CHECK(x.got(1).back() == R"({"op":"subbed","topics":["news:x"],"lost":[]})");  // no longer subscribed
 }
 
-TEST_CASE("session: a refused auth changes nothing; without tokens auth is a bad request") {
+TEST_CASE("session: a refused auth changes nothing and without tokens auth is a bad request") {
   fixture x(true);
   x.open(1, compact({"mailbox:42"}), {}, now_s() + 60);
   x.say(1, R"({"op":"sub","topics":["mailbox:42"]})");

@@ -54,7 +54,7 @@ struct counting_handler final : loop_handler, inbox_consumer<std::unique_ptr<int
 
 }  // namespace
 
-TEST_CASE("loop: inboxes, deadlines, the flush list and a paced drain; a stopped loop refuses posts") {
+TEST_CASE("loop: inboxes, deadlines, the flush list and a paced drain, then a stopped loop refuses posts") {
   for (bool uring : {false, true}) {
     loop l(loop_options{.drain_seconds = 0.5});
     counting_handler h;
