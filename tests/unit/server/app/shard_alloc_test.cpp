@@ -22,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pool/buffer_pool.hpp"
@@ -164,16 +165,23 @@ struct running_shard {
 
 // Whether this kernel sets up an io_uring ring at all, asked directly (not through the backend
 // under test): io_uring_setup fails with ENOSYS where the kernel has no io_uring and with EPERM
-// where it is switched off (kernel.io_uring_disabled, a seccomp filter). Empty if it works,
-// else why not.
+// where it is switched off (kernel.io_uring_disabled, a seccomp filter). Asked in a child
+// process: a thread that made a ring, even one closed at once, can later see its blocking
+// calls (the client's recv here) fail with EINTR while the kernel tears the ring down.
+// Empty if it works, else why not.
 std::string kernel_refuses_io_uring() {
-  io_uring_params p{};
-  long fd = syscall(__NR_io_uring_setup, 1, &p);
-  if (fd >= 0) {
-    ::close(int(fd));
-    return {};
+  pid_t pid = fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    io_uring_params p{};
+    long fd = syscall(__NR_io_uring_setup, 1, &p);
+    _exit(fd >= 0 ? 0 : errno);
   }
-  return std::string("io_uring_setup: ") + std::strerror(errno);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (!WIFEXITED(status)) return "the io_uring_setup probe died";
+  if (WEXITSTATUS(status) == 0) return {};
+  return std::string("io_uring_setup: ") + std::strerror(WEXITSTATUS(status));
 }
 
 // Only the io_uring cases skip, and only on a machine without io_uring: they print
