@@ -173,7 +173,8 @@ def run(args) -> None:
         findings.step("a forged, expired or nbf-ahead token is unauthorized and changes nothing",
                       asyncio.run, refused_token_changes_nothing(server))
     with ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                       extra=["--ping-interval", f"{PING_INTERVAL:g}", "--pong-timeout", f"{PONG_TIMEOUT:g}"]) as server:
+                       extra=["--ping-interval", f"{PING_INTERVAL:g}",
+                              "--pong-timeout", f"{PONG_TIMEOUT:g}"]) as server:
         findings.step("auth with --auth=none is a bad request", asyncio.run, auth_without_tokens(server))
         findings.step("?heartbeat=1: text pings, answered or closed; ping frames otherwise", asyncio.run,
                       heartbeat(server))
