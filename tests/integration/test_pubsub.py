@@ -272,8 +272,12 @@ async def resume_seam(server: ServerProcess, admin: Admin, rounds: int = 20) -> 
             seen.append(msg["data"]["n"])
             window.notify()
 
+    # The publisher runs up to 50 events ahead: past websockets' default queue of 32 unread
+    # messages the client stops reading its socket, and then its close() waits 10 s (close_timeout)
+    # for a close reply it never reads. The queue is unbounded here (the window bounds it).
+    connect = lambda: websockets.connect(url(server, token(["seam"])), max_queue=None)  # noqa: E731
     seen = []
-    ws = await websockets.connect(url(server, token(["seam"])))
+    ws = await connect()
     await subscribe(ws, ["seam"])
     thread = threading.Thread(target=publisher, daemon=True)
     thread.start()
@@ -286,7 +290,7 @@ async def resume_seam(server: ServerProcess, admin: Admin, rounds: int = 20) -> 
                 last_id = msg["id"]
             # drop the connection with events possibly in flight, then resume from the last one seen
             await ws.close()
-            ws = await websockets.connect(url(server, token(["seam"])))
+            ws = await connect()
             await ws.send(json.dumps({"op": "sub", "topics": ["seam"], "since": {"seam": last_id}}))
             reply = await recv_json(ws)
             check(reply.get("op") == "subbed" and reply.get("lost") == [], f"seam resume answered {reply}")
