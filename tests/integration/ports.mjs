@@ -44,7 +44,8 @@ function tryLock(port) {
       if (e.code !== 'EEXIST') throw e;
       let owner = 0;
       try { owner = Number(readFileSync(file, 'utf8').trim() || '0'); } catch { return false; }
-      if (owner && pidAlive(owner)) return false;
+      // No PID yet: its owner has created the file and not yet written it. Held.
+      if (!owner || pidAlive(owner)) return false;
       try { unlinkSync(file); } catch { /* someone else took it over */ }
       continue;
     }

@@ -155,16 +155,16 @@ def idle_keyless_closed_soon(server: ServerProcess) -> None:
     a keyed keep-alive connection that went idle before it is kept (its idle deadline is a
     minute). A keyless one still gets its window: a request head sent at once is answered."""
     admin = admin_port(server)
-    keyed_conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=scaled(5))
+    keyed_conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=scaled(30))
     try:
         status, text, _ = keyed(admin, "POST", "/publish", b'{"topic":"mailbox:3","data":1}', keyed_conn)
         check(status == 200, f"a keyed publish got {status} {text[:120]!r}")
         keyed_end = keyed_conn.sock.getsockname()
-        silent = socket.create_connection(("127.0.0.1", admin), timeout=scaled(5))
-        asking = socket.create_connection(("127.0.0.1", admin), timeout=scaled(5))
+        silent = socket.create_connection(("127.0.0.1", admin), timeout=scaled(30))
+        asking = socket.create_connection(("127.0.0.1", admin), timeout=scaled(30))
         try:
             asking.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            asking.settimeout(scaled(5))
+            asking.settimeout(scaled(30))
             head = b""
             while b"\r\n\r\n" not in head:
                 chunk = asking.recv(4096)

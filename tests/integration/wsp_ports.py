@@ -57,8 +57,9 @@ def _try_lock(port: int) -> bool:
                 with open(path) as f:
                     owner = int(f.read().strip() or "0")
             except (OSError, ValueError):
-                return False  # being written by its owner right now
-            if owner and _pid_alive(owner):
+                return False
+            # No PID yet: its owner has created the file and not yet written it. Held.
+            if not owner or _pid_alive(owner):
                 return False
             try:
                 os.unlink(path)  # its process is gone: take it over
