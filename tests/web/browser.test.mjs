@@ -298,19 +298,25 @@ test('the classic /wspush.js in Chromium: window.WsPush; its backoff rides out a
 });
 
 test('the classic /wspush.js in Chromium: the heartbeat leaves a server that hangs, and comes back', async () => {
-  const server = await start(0, { extra: ['--ping-interval', '0.5', '--pong-timeout', '2'] });
+  // Generous on both sides, so that only the hang below ends a connection on a busy machine: the
+  // server closes a page whose pong is 5 s (scaled) late, and the page leaves a server it has not
+  // heard for 10 s (scaled). The server pings again a pong timeout after its last ping (once the
+  // connection has been silent for the ping interval), so the page hears one every 5-5.5 s.
+  const server = await start(0, { extra: ['--ping-interval', '0.5', '--pong-timeout', String(scaled(5))] });
   const { context, page } = await classicPage(server.port);
   try {
-    await makeClient(page, 'c', `ws://127.0.0.1:${server.port}/ws`, { heartbeatTimeout: 3000, baseDelay: 100 });
+    const url = `ws://127.0.0.1:${server.port}/ws`;
+    await makeClient(page, 'c', url, { heartbeatTimeout: scaled(10) * 1000, baseDelay: 100 });
     await waitState(page, 'c', 'open');
     // Alive, the server pings and the page answers: three pongs on one connection.
-    await until(async () => (await metric(server, 'wspush_messages_in_total')) >= 3, 'three pongs');
+    await until(async () => (await metric(server, 'wspush_messages_in_total')) >= 3, 'three pongs', 60);
     assert.ok(await page.evaluate(() => window.__frames.filter((f) => f.dial === 1 && f.m.op === 'ping').length >= 3),
       'pongs without pings');
     assert.deepEqual(await page.evaluate(() => window.cStates), ['connecting', 'open']);
-    process.kill(server.proc.pid, 'SIGSTOP');  // TCP stays up, nothing arrives
+    // TCP stays up, nothing arrives: only the page's heartbeat can leave.
+    process.kill(server.proc.pid, 'SIGSTOP');
     try {
-      await waitState(page, 'c', 'reconnecting', 20);
+      await waitState(page, 'c', 'reconnecting', 30);
     } finally {
       process.kill(server.proc.pid, 'SIGCONT');
     }
@@ -324,13 +330,15 @@ test('the classic /wspush.js in Chromium: the heartbeat leaves a server that han
 
 test('the classic /wspush.js in Chromium: the token is refreshed in-band and the connection outlives it', async () => {
   const server = await start(0, { jwtSecret: SECRET });
-  const exp = nowS() + 4;
-  const short = mint({ exp, topics: ['mailbox:12'] });
-  const fresh = mint({ exp: nowS() + 3600, topics: ['mailbox:12'] });
   const url = `ws://127.0.0.1:${server.port}/ws`;
   const { context, page } = await classicPage(server.port);
   try {
     const wait = { timeout: scaled(10) * 1000 };
+    // Minted once the page is ready: both connections must open and c subscribe before exp. The
+    // waits below end with the control's close at exp, not with a clock, so a long life costs
+    // only its length.
+    const short = mint({ exp: nowS() + Math.ceil(scaled(10)), topics: ['mailbox:12'] });
+    const fresh = mint({ exp: nowS() + 3600, topics: ['mailbox:12'] });
     await makeClient(page, 'c', url, { token: short, refreshAt: [0.4, 0.4], fresh });  // connection 1
     // The control (connection 2): the same token, no getToken. The server closes it with 1008
     // once the token has expired: from then the first token is good nowhere.
@@ -338,7 +346,7 @@ test('the classic /wspush.js in Chromium: the token is refreshed in-band and the
     await waitState(page, 'c', 'open');
     await subscribe(page, 'c', 'mailbox:12');
     await subbed(page, 'mailbox:12', 1);
-    await waitState(page, 'control', 'auth_failed', 20);
+    await waitState(page, 'control', 'auth_failed', 30);
     assert.deepEqual(await page.evaluate(() => window.controlStates), ['connecting', 'open', 'auth_failed']);
     assert.equal(await metric(server, 'wspush_token_expired_closes_total'), 1);
     assert.equal(await page.evaluate(() => window.__asked), 1);

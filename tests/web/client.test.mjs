@@ -309,8 +309,9 @@ test('a refused token: getToken is asked once; a good fresh one reconnects, a ba
 
 test('the token is refreshed in-band before it expires, without a reconnect; without getToken, 1008 then auth_failed', async () => {
   const server = await start({ jwtSecret: SECRET });
-  const exp = nowS() + 4;
-  const short = mint({ exp, topics: ['mailbox:4'] });
+  // Both connections must open and c subscribe before exp; the waits below end with the control's
+  // close at exp, not with a clock, so a long life costs only its length.
+  const short = mint({ exp: nowS() + Math.ceil(scaled(10)), topics: ['mailbox:4'] });
   const fresh = mint({ exp: nowS() + 3600, topics: ['mailbox:4'] });
   const url = `ws://127.0.0.1:${server.port}/ws`;
   let asked = 0;
@@ -325,7 +326,7 @@ test('the token is refreshed in-band before it expires, without a reconnect; wit
   await until(() => c.state === 'open', 'the refreshing client to open');
   const got = collect(c, 'mailbox:4');
   await subbed(c, 'mailbox:4');
-  await until(() => controlSeen.includes('auth_failed'), 'the control to be closed at exp', 20);
+  await until(() => controlSeen.includes('auth_failed'), 'the control to be closed at exp', 30);
   assert.deepEqual(controlSeen, ['connecting', 'open', 'auth_failed']);
   assert.equal(await metric(server, 'wspush_token_expired_closes_total'), 1);
   assert.equal(asked, 1);
@@ -340,19 +341,25 @@ test('the token is refreshed in-band before it expires, without a reconnect; wit
 });
 
 test('a server that goes silent is detected by the heartbeat and left; the client comes back', async () => {
-  const server = await start({ extra: ['--ping-interval', '0.5', '--pong-timeout', '2'] });
-  const c = client(`ws://127.0.0.1:${server.port}/ws`, { heartbeatTimeout: 3000, baseDelay: 100 });
+  // Generous on both sides, so that only the hang below ends a connection on a busy machine: the
+  // server closes a client whose pong is 5 s (scaled) late, and the client leaves a server it has
+  // not heard for 10 s (scaled). The server pings again a pong timeout after its last ping (once
+  // the connection has been silent for the ping interval), so the client hears one every 5-5.5 s.
+  const server = await start({ extra: ['--ping-interval', '0.5', '--pong-timeout', String(scaled(5))] });
+  const c = client(`ws://127.0.0.1:${server.port}/ws`, { heartbeatTimeout: scaled(10) * 1000, baseDelay: 100 });
   const seen = states(c);
   await until(() => c.state === 'open', 'open');
-  // Alive, it pings and the client answers: four pongs on one connection.
+  // Alive, it pings and the client answers: four pongs on one connection, which span more than a
+  // heartbeat timeout: the pings are what keep the client.
   const before = await metric(server, 'wspush_messages_in_total');
-  await until(async () => (await metric(server, 'wspush_messages_in_total')) - before >= 4, 'four pongs');
+  await until(async () => (await metric(server, 'wspush_messages_in_total')) - before >= 4, 'four pongs', 60);
   assert.ok(c._ws.frames.filter((m) => m.op === 'ping').length >= 4, 'pongs without pings');
   assert.deepEqual(seen, ['connecting', 'open']);
   const first = c._ws;
-  process.kill(server.proc.pid, 'SIGSTOP');  // the server hangs: TCP stays up, nothing arrives
+  // The server hangs: TCP stays up, nothing arrives, only the client's heartbeat can leave.
+  process.kill(server.proc.pid, 'SIGSTOP');
   try {
-    await until(() => c.state === 'reconnecting', 'the client to leave the silent connection', 20);
+    await until(() => c.state === 'reconnecting', 'the client to leave the silent connection', 30);
   } finally {
     process.kill(server.proc.pid, 'SIGCONT');
   }
