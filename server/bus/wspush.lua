@@ -13,6 +13,7 @@
 --   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
 --                         written by the nodes from --history-size and --history-ttl
 --   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}
+--   wspush:born           the first id of the stream key written anew last (first_id)
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -50,6 +51,22 @@ local function id_less(a, b)
   return as < bs
 end
 
+-- The first id of a stream key written anew (deleted, expired, or never there): above every id
+-- an earlier life of that key issued, so that replay reads all of those as lost. With '*' a new
+-- life could issue again an id its earlier life issued in the same millisecond, and a resume
+-- from that id would look current and hide what came after it. '*' ids in millisecond m are
+-- m-0, m-1, ... (far fewer than 2^32 in one millisecond), so a life starts at m-2^32; and one
+-- started in the same millisecond as the last start (wspush:born) starts 2^32 above it.
+local function first_id()
+  local ms, seq = now_ms(), 4294967296
+  local bms, bseq = string.match(redis.call('GET', 'wspush:born') or '', '^(%d+)%-(%d+)$')
+  bms, bseq = tonumber(bms), tonumber(bseq)
+  if bms and bms >= ms then ms, seq = bms, bseq + 4294967296 end
+  local id = string.format('%.0f-%.0f', ms, seq)
+  redis.call('SET', 'wspush:born', id)
+  return id
+end
+
 local function publish(keys, args)
   local topic, data = args[1], args[2]
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
@@ -59,7 +76,9 @@ local function publish(keys, args)
   local maxlen, ttl = config()
   local e = epoch()
   local stream = 'wspush:stream:' .. topic
-  local id = redis.call('XADD', stream, 'MAXLEN', maxlen, '*', 'd', data)
+  local next_id = '*'
+  if redis.call('EXISTS', stream) == 0 then next_id = first_id() end
+  local id = redis.call('XADD', stream, 'MAXLEN', maxlen, next_id, 'd', data)
   if ttl > 0 then
     redis.call('XTRIM', stream, 'MINID', (now_ms() - ttl) .. '-0')
     redis.call('PEXPIRE', stream, ttl * 2)
@@ -86,15 +105,29 @@ local function replay(keys, args)
   if se ~= e or redis.call('EXISTS', stream) == 0 then
     out[1] = 1
   else
-    -- Trimming removes the oldest entries, so one after <since> is gone exactly when some were
-    -- removed (entries-added > length) and <since> is older than the first one kept (also
-    -- when <since> is the very last one removed: then lost is said of nothing; rare, and safe).
+    -- An id this stream issued and still holds is >= its first entry: trimming (MAXLEN at
+    -- publish, MINID for the age limit, or an operator's XTRIM) removes the oldest entries
+    -- only. So a <since> older than the first entry kept is lost: either it was trimmed, and so
+    -- were the entries after it up to the first one kept (when <since> is the very last one
+    -- removed, lost is said of nothing: rare, and safe), or it was issued by an earlier life of
+    -- this key (deleted or expired; first_id starts a new life above all of its ids), whose
+    -- entries after it went with the key. That earlier life is why this cannot count removals with
+    -- entries-added: a key written again starts counting afresh, and its length equals it.
+    -- An empty stream (--history-size 0, or trimmed to nothing) has no first entry: what was
+    -- issued after <since> is all gone. XDEL (not ours, but an operator's) may remove any
+    -- entry: max-deleted-entry-id says whether one after <since> went.
     local info = redis.call('XINFO', 'STREAM', stream)
     local f = {}
     for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
     local last, first = f['last-generated-id'], f['recorded-first-entry-id'] or '0-0'
-    local removed = tonumber(f['entries-added'] or 0) > tonumber(f['length'] or 0)
-    if id_less(last, sid) or (removed and id_less(sid, first)) then out[1] = 1 end
+    local deleted = f['max-deleted-entry-id'] or '0-0'
+    if id_less(last, sid) or id_less(sid, deleted) then
+      out[1] = 1
+    elseif tonumber(f['length'] or 0) == 0 then
+      if id_less(sid, last) then out[1] = 1 end
+    elseif id_less(sid, first) then
+      out[1] = 1
+    end
     start = '(' .. sid
   end
   local entries = redis.call('XRANGE', stream, start, '+')

@@ -10,9 +10,11 @@ client for what an operator or a backend does straight into Redis.
   logs Redis's refusal, stays unready (/readyz 503, `wspush_bus_up` 0, subs `unavailable`), keeps
   trying, and comes up by itself once the password is right;
 - `lost` after Redis dropped part of a topic's stream: trimmed by count (`--history-size`,
-  XTRIM MAXLEN), by id (XTRIM MINID), the key deleted or expired: a resume from an id older than
-  what the stream still holds names the topic in `lost` and still replays what is kept, in order,
-  before what comes live;
+  XTRIM MAXLEN), by id (XTRIM MINID), the key deleted or expired, also when a publish then writes
+  it again (within the same millisecond too: the new stream never issues again an id of the old
+  one), trimmed to nothing, or an entry XDELed: a resume from an id older than what the stream
+  still holds names the topic in `lost` and still replays what is kept, in order, before what
+  comes live;
 - a node set up while Redis answers `-LOADING` (reading its data set): unready while it loads,
   then it serves once the load ends, neither restarted nor given up.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
@@ -331,10 +333,93 @@ async def lost_after_trim(args) -> None:
         fence = pub("expiring", 4)
         await expect_events(ws, [fence], "nothing replayed from an expired stream")
         await ws.close()
+        # ... and written again by that publish: an id of its earlier life is still lost.
+        ws, reply = await resume(s, ["expiring"], {"expiring": exp[1][1]})
+        check(reply.get("lost") == ["expiring"], f"resume from 2 after the stream expired and 4 wrote it again: {reply}")
+        await expect_events(ws, [fence], "the new stream replayed")
+        await ws.close()
         check(not s.crashed(), "the node crashed")
     finally:
         s.kill()
         rs.close()
+
+
+async def on_a_node(args, steps) -> None:
+    """Runs `steps(s, r, pub)` against a fresh Redis and a node on it (--history-size 4)."""
+    rs = RedisServer(persistent=False).start()
+    r = resp(port=rs.port)
+    s = start_node(args, rs.url, extra=["--history-size", "4"])
+    try:
+        wait_ready(s)
+
+        def pub(topic: str, n) -> "tuple[str, str, object]":
+            return topic, publish_ok(s, topic, n), n
+
+        await steps(s, r, pub)
+        check(not s.crashed(), "the node crashed")
+    finally:
+        s.kill()
+        rs.close()
+
+
+async def written_again(s: ServerProcess, r: redis.Redis, pub) -> None:
+    """A stream key deleted and then written again by a publish: every id of its earlier life
+    is answered lost (its events after that id went with the key), and the new stream's events
+    are replayed."""
+    ev = {n: pub("again", n) for n in range(1, 6)}
+    check(r.delete("wspush:stream:again") == 1, "DEL found no stream")
+    ev[6] = pub("again", 6)
+    ws, reply = await resume(s, ["again"], {"again": ev[2][1]})
+    check(reply.get("lost") == ["again"], f"resume from 2 after DEL and a publish of 6: {reply}")
+    ev[7] = pub("again", 7)
+    await expect_events(ws, [ev[6], ev[7]], "the new stream replayed, then live")
+    await ws.close()
+    # Within one millisecond (a backend's transaction): the new life must not issue again an id
+    # of the old one, or a resume from that id looks current and hides what followed it.
+    p = r.pipeline(transaction=True)
+    for n in range(1, 6):
+        p.fcall("wspush_publish", 0, "burst", json.dumps(n))
+    p.delete("wspush:stream:burst")
+    p.fcall("wspush_publish", 0, "burst", json.dumps(6))
+    out = p.execute()
+    old, six = out[:5], ("burst", out[6], 6)
+    check(six[1] not in old, f"the new stream issued again an id of the old one: {out}")
+    kept = [six]   # the new stream: 6, then each step's fence (--history-size 4 keeps the last 4)
+    for n, since in enumerate(old, 1):
+        ws, reply = await resume(s, ["burst"], {"burst": since})
+        check(reply.get("lost") == ["burst"], f"resume from {n} of a stream deleted and written again "
+                                              f"in one transaction ({out}): {reply}")
+        replayed = kept[-4:]
+        kept.append(pub("burst", f"fence {n}"))
+        await expect_events(ws, replayed + kept[-1:], f"resume from {n}: the new stream replayed, then live")
+        await ws.close()
+
+
+async def emptied_and_xdel(s: ServerProcess, r: redis.Redis, pub) -> None:
+    """A stream trimmed to nothing (as --history-size 0 keeps it), and one entry removed with
+    XDEL: an id before what went is lost, the id of what went last is not."""
+    ev = {n: pub("emptied", n) for n in range(1, 4)}
+    check(r.xtrim("wspush:stream:emptied", maxlen=0, approximate=False) == 3, "XTRIM MAXLEN 0 did not remove 3")
+    ws, reply = await resume(s, ["emptied"], {"emptied": ev[1][1]})
+    check(reply.get("lost") == ["emptied"], f"resume from 1 of a stream trimmed to nothing: {reply}")
+    ev[4] = pub("emptied", 4)
+    await expect_events(ws, [ev[4]], "nothing replayed from an empty stream, then live")
+    await ws.close()
+    check(r.xtrim("wspush:stream:emptied", maxlen=0, approximate=False) == 1, "XTRIM MAXLEN 0 did not remove 4")
+    ws, reply = await resume(s, ["emptied"], {"emptied": ev[4][1]})
+    check(reply.get("lost") == [], f"resume from 4, the last issued, of an empty stream: {reply}")
+    await ws.close()
+
+    ev = {n: pub("xdel", n) for n in range(1, 5)}
+    check(r.xdel("wspush:stream:xdel", ev[3][1].split(":", 1)[1]) == 1, "XDEL removed nothing")
+    ws, reply = await resume(s, ["xdel"], {"xdel": ev[1][1]})
+    check(reply.get("lost") == ["xdel"], f"resume from 1 after 3 was XDELed: {reply}")
+    await expect_events(ws, [ev[2], ev[4]], "what the stream keeps after 1")
+    await ws.close()
+    ws, reply = await resume(s, ["xdel"], {"xdel": ev[3][1]})
+    check(reply.get("lost") == [], f"resume from 3, the one XDELed: {reply}")
+    await expect_events(ws, [ev[4]], "what the stream keeps after 3")
+    await ws.close()
 
 
 # ---- LOADING --------------------------------------------------------------------------------------
@@ -399,6 +484,10 @@ def main(args) -> None:
     f.step("a wrong password: refused, tried again, up once right", lambda: asyncio.run(wrong_password(args)))
     f.step("no password, or one Redis has not: refused", lambda: asyncio.run(password_mismatch(args)))
     f.step("lost after the stream was trimmed, deleted or expired", lambda: asyncio.run(lost_after_trim(args)))
+    f.step("lost after the stream was deleted and written again",
+           lambda: asyncio.run(on_a_node(args, written_again)))
+    f.step("lost after the stream was trimmed to nothing or an entry XDELed",
+           lambda: asyncio.run(on_a_node(args, emptied_and_xdel)))
     f.step("a node set up while Redis is LOADING", lambda: asyncio.run(set_up_while_loading(args)))
     f.done()
 
