@@ -24,6 +24,8 @@ constexpr metric_info k_standard[] = {
      "user space because the kernel refused it (fallback)."},
     {"wspush_bus_up", mt::gauge, "", "1 while the Redis bus is connected and ready, 0 while it is not (--bus=redis://...)."},
     {"wspush_bus_topics", mt::gauge, "", "Topic channels this node is subscribed to in Redis."},
+    {"wspush_bus_waiting_topics", mt::gauge, "",
+     "Topics the reactors hold for subs Redis has not answered yet, summed over the reactors."},
     {"wspush_bus_events_total", mt::counter, "", "Publishes this node received from Redis."},
     {"wspush_bus_malformed_total", mt::counter, "", "Messages found in Redis that were not a wspush event: counted and skipped."},
     {"wspush_bus_reconnects_total", mt::counter, "", "Connections to Redis made again after one was lost."},

@@ -234,7 +234,7 @@ int run(const config& cfg) {
   if (hub && cfg.mode == app_mode::pubsub) {
     register_pubsub_metrics(metrics, shard_ptrs, *hub);
     if (bus) {
-      register_bus_metrics(metrics, *bus);
+      register_bus_metrics(metrics, *bus, shard_ptrs);
       redis_sink.emplace(*bus);
     } else {
       sink.emplace(*hub);

@@ -18,7 +18,7 @@ void register_process_metrics(metrics_registry& m, const std::vector<shard*>& sh
 
 /// Registers the pub/sub series: publishes, fan-out, topics and subscriptions, history.
 /// With --bus=redis://...: the bus's state and traffic.
-void register_bus_metrics(metrics_registry& m, bus::redis_bus& b);
+void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vector<shard*>& shards);
 /// With --tls-cert: the TLS handshake results.
 void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards);
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub);

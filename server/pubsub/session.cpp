@@ -266,33 +266,43 @@ void session::bus_sub(conn_id c) noexcept {
   for (std::string_view t : topics)
     if (!proto::grants_match(granted, t)) return client_error(c, proto::client_error::forbidden, t);
   topic_registry& reg = _fanout.registry();
+  // Which topics are new to the connection, and whether they fit, before anything is counted
+  // or allocated: a refused sub leaves nothing behind.
+  std::uint32_t added = 0;  // bit k: topics[k] is new to this connection
+  std::uint32_t adding = 0;
+  for (std::size_t k = 0; k < topics.size(); ++k) {
+    bool mine = false;
+    reg.topics_of(c, [&](std::string_view x) { mine |= x == topics[k]; });
+    if (!mine) {
+      added |= 1u << k;
+      ++adding;
+    }
+  }
+  if (reg.topic_count_of(c) + adding > _o.max_topics_per_connection)
+    return client_error(c, proto::client_error::too_many_subscriptions, topics.front());
   std::unique_ptr<pubsub::bus_sub> s;
   waiting_sub w;
   try {
     s = std::make_unique<pubsub::bus_sub>();
     s->topics.reserve(topics.size());
-    std::uint32_t have = reg.topic_count_of(c), adding = 0;
-    for (std::string_view t : topics) {
-      bool mine = false;
-      reg.topics_of(c, [&](std::string_view x) { mine |= x == t; });
+    w.counted.reserve(adding);
+    for (std::size_t k = 0; k < topics.size(); ++k) {
+      std::string_view t = topics[k];
+      const bool mine = !(added & (1u << k));
       std::string since;
       for (const proto::since_entry& e : _env->since())
         if (e.topic == t && !mine) since.assign(e.id);  // already subscribed: it has them live
       s->topics.emplace_back(t);
       s->since.push_back(std::move(since));
       s->new_hold.push_back(!mine && !holds(t));
-      if (!mine) {
-        ++adding;
-        w.counted.emplace_back(t);
-        ++_waiting_topics[std::string(t)];
+      if (!mine) {  // counted exactly when wait_for took it: a throw leaves neither behind
+        std::string name(t);
+        wait_for(name);
+        w.counted.push_back(std::move(name));  // reserved: does not throw
       }
     }
-    if (have + adding > _o.max_topics_per_connection) {
-      for (const std::string& t : w.counted) --_waiting_topics[t];
-      return client_error(c, proto::client_error::too_many_subscriptions, topics.front());
-    }
   } catch (const std::bad_alloc&) {
-    for (const std::string& t : w.counted) --_waiting_topics[t];
+    for (const std::string& t : w.counted) stop_waiting_for(t);
     return client_error(c, proto::client_error::unavailable, topics.front());
   }
   const std::uint64_t request = _next_request++;
@@ -304,11 +314,23 @@ void session::bus_sub(conn_id c) noexcept {
   _waiting_subs.emplace(request, std::move(w));
   if (!_bus->subscribe(std::move(s))) {  // the bus is down: nothing was taken, no hold either
     _waiting_subs.erase(request);
-    for (const std::string& t : counted)
-      if (--_waiting_topics[t] == 0) _waiting_topics.erase(t);
+    for (const std::string& t : counted) stop_waiting_for(t);
     return client_error(c, proto::client_error::unavailable, topics.front());
   }
   _ops->hold(c);
+}
+
+/// _waiting_topics counts, per topic, the subs waiting for Redis that want it; a topic leaves
+/// the map when its count reaches 0 (kept at 0, every name ever asked for would stay).
+void session::wait_for(const std::string& topic) {
+  ++_waiting_topics[topic];
+  _fanout.counters().waiting_topics.set(_waiting_topics.size());
+}
+
+void session::stop_waiting_for(const std::string& topic) noexcept {
+  auto it = _waiting_topics.find(topic);
+  if (it != _waiting_topics.end() && --it->second == 0) _waiting_topics.erase(it);
+  _fanout.counters().waiting_topics.set(_waiting_topics.size());
 }
 
 void session::bus_pub(conn_id c) noexcept {
@@ -333,10 +355,7 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   if (it == _waiting_subs.end()) return;
   waiting_sub w = std::move(it->second);
   _waiting_subs.erase(it);
-  for (const std::string& t : w.counted) {
-    auto wt = _waiting_topics.find(t);
-    if (wt != _waiting_topics.end() && --wt->second == 0) _waiting_topics.erase(wt);
-  }
+  for (const std::string& t : w.counted) stop_waiting_for(t);
   const conn_id c = r->conn;
   const bool here = !w.closed && _ops->is_open(c);
   if (here && r->kind == bus_reply::subbed) {

@@ -64,6 +64,8 @@ class session final : public application, private bus_reply_handler {
   bool holds(std::string_view topic) const noexcept;
   void release_if_unheld(std::string_view topic) noexcept;
   void unsubscribe_all(conn_id c) noexcept;
+  void wait_for(const std::string& topic);
+  void stop_waiting_for(const std::string& topic) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;

@@ -7,6 +7,8 @@ redis-server for the bus.
   or nothing, also for a sub of several topics that crosses the limit), the connection stays
   usable and its subscriptions keep delivering; a topic it already holds or one freed by `unsub`
   is taken. Both with the embedded bus and with Redis (the two paths of server/pubsub/session.cpp).
+  On the Redis bus a refused sub leaves nothing behind
+  (`wspush_bus_waiting_topics` back to 0 after thousands of fresh names refused).
 - the open-files limit: started with a soft RLIMIT_NOFILE below the hard one, the server raises
   the soft limit to the hard one (/proc/<pid>/limits), logs both, and holds more connections than
   the soft limit it was started with.
@@ -167,6 +169,52 @@ async def topic_limit_embedded(args) -> None:
         s.kill()
 
 
+# ---- a refused sub leaves nothing behind (Redis bus) ---------------------------------------------
+
+async def refused_subs_leave_nothing(s: ServerProcess) -> None:
+    """A connection at its limit sends subs of fresh topic names, each refused: the shard's
+    bookkeeping of topics it waits on for Redis (wspush_bus_waiting_topics) is back to 0 after
+    each, however many names went by; before, each refused name stayed in it for good."""
+    check("wspush_bus_waiting_topics" in scrape_metrics(admin_port(s)), "no wspush_bus_waiting_topics gauge")
+    ws = await connect(s)
+    try:
+        await subscribe(ws, ["a", "b", "c", "d"])
+        names = 0
+        for round_ in range(100):
+            for k in range(6):   # 7 refusals in a row close the connection (session.cpp)
+                fresh = [f"fresh:{round_}:{k}:{j}" for j in range(28)]
+                await refused(ws, fresh, fresh[0], "fresh names past the limit")
+                names += len(fresh)
+            await subscribe(ws, ["a"])   # an accepted message resets the count of refusals
+        waiting = metric(s, "wspush_bus_waiting_topics")
+        check(waiting == 0, f"after {names} fresh topic names refused, the reactors still hold {waiting:.0f}")
+        await delivers(s, ws, "a", others=["fresh:0:0:0"], what="still served")
+    finally:
+        await ws.close()
+    check(not s.crashed(), "the node crashed")
+
+
+async def on_bus(args, fn, *a) -> None:
+    rs = RedisServer(persistent=False).start()
+    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                      extra=["--bus", rs.url, "--max-topics-per-connection", LIMIT]).start()
+    try:
+        wait_bus_ready(s)
+        await fn(s, *a)
+    finally:
+        s.kill()
+        rs.close()
+
+
+async def embedded(args, fn, *a) -> None:
+    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                      extra=["--max-topics-per-connection", LIMIT]).start()
+    try:
+        await fn(s, *a)
+    finally:
+        s.kill()
+
+
 # ---- the open-files limit -------------------------------------------------------------------------
 
 class LimitedServer(ServerProcess):
@@ -251,6 +299,7 @@ def main(args) -> None:
     f = Findings()
     f.step("too_many_subscriptions, embedded bus", lambda: asyncio.run(topic_limit_embedded(args)))
     f.step("too_many_subscriptions, Redis bus", lambda: asyncio.run(topic_limit_on_bus(args)))
+    f.step("refused subs leave nothing behind, Redis bus", lambda: asyncio.run(on_bus(args, refused_subs_leave_nothing)))
     f.step("the open-files limit raised at start", open_files_limit, args)
     f.done()
 
