@@ -15,6 +15,17 @@ namespace {
 constexpr std::uint8_t max_errors_in_a_row = 7;
 constexpr std::uint32_t expire_every_ticks = 20;  // the history's TTL sweep: once a second
 
+/// Writes `topics` into `out` (room for max_topics_per_message) each once, in the order first
+/// named, and returns how many: a topic named twice in one sub is one subscription on either
+/// bus (counted once against the limit, replayed once, named once in `subbed`). A sub names at
+/// most max_topics_per_message topics, so scanning the ones kept is cheap and allocates nothing.
+std::size_t unique_topics(std::span<const std::string_view> topics, std::string_view* out) noexcept {
+  std::size_t n = 0;
+  for (std::string_view t : topics)
+    if (std::find(out, out + n, t) == out + n) out[n++] = t;
+  return n;
+}
+
 std::size_t names_bound(std::span<const std::string_view> names) noexcept {
   std::size_t n = 0;
   for (std::string_view t : names) n += t.size() + 3;  // topics need no escaping: "t",
@@ -120,7 +131,8 @@ proto::grants_view session::grants_of(conn_id c, bool pub) const noexcept {
 
 void session::client_sub(conn_id c) noexcept {
   if (_bus) return bus_sub(c);
-  auto topics = _env->topics();
+  std::string_view unique[proto::max_topics_per_message];
+  std::span<const std::string_view> topics(unique, unique_topics(_env->topics(), unique));
   proto::grants_view granted = grants_of(c, false);
   for (std::string_view t : topics)  // all or nothing: a refused sub changes nothing
     if (!proto::grants_match(granted, t)) return client_error(c, proto::client_error::forbidden, t);
@@ -142,7 +154,7 @@ void session::client_sub(conn_id c) noexcept {
   }
   _fanout.count_subscriptions();
   std::string_view lost[proto::max_topics_per_message];
-  std::uint32_t lost_count = replay_since(added, lost);
+  std::uint32_t lost_count = replay_since(topics, added, lost);
   std::span<const std::string_view> lost_span(lost, lost_count);
   bool ok = reply(c, 64 + names_bound(topics) + names_bound(lost_span),
                   [&](std::span<char> out) { return proto::encode_subbed(topics, lost_span, out); });
@@ -158,9 +170,9 @@ void session::client_sub(conn_id c) noexcept {
 /// a `since`, and writes the topics whose history does not reach back that far into `lost`.
 /// The replay stops at what this shard has already fanned out; anything later is still in
 /// its inbox and reaches the connection live (history.hpp, "the seam").
-std::uint32_t session::replay_since(std::uint32_t added, std::string_view* lost) noexcept {
+std::uint32_t session::replay_since(std::span<const std::string_view> topics, std::uint32_t added,
+                                    std::string_view* lost) noexcept {
   std::uint32_t n = 0;
-  auto topics = _env->topics();
   history& h = _hub.events();
   for (const proto::since_entry& s : _env->since()) {
     auto k = std::size_t(std::find(topics.begin(), topics.end(), s.topic) - topics.begin());
@@ -261,7 +273,8 @@ void session::unsubscribe_all(conn_id c) noexcept {
 /// A `sub` through the bus: its answer comes later (on_bus_reply); until then the connection's
 /// next messages wait (conn_ops::hold), so they are still handled in order.
 void session::bus_sub(conn_id c) noexcept {
-  auto topics = _env->topics();
+  std::string_view unique[proto::max_topics_per_message];
+  std::span<const std::string_view> topics(unique, unique_topics(_env->topics(), unique));
   proto::grants_view granted = grants_of(c, false);
   for (std::string_view t : topics)
     if (!proto::grants_match(granted, t)) return client_error(c, proto::client_error::forbidden, t);

@@ -55,7 +55,8 @@ class session final : public application, private bus_reply_handler {
   void client_error(conn_id c, proto::client_error e, std::string_view topic) noexcept;
   template <class Encode>
   bool reply(conn_id c, std::size_t bound, Encode&& encode) noexcept;
-  std::uint32_t replay_since(std::uint32_t added, std::string_view* lost) noexcept;
+  std::uint32_t replay_since(std::span<const std::string_view> topics, std::uint32_t added,
+                             std::string_view* lost) noexcept;
   proto::grants_view grants_of(conn_id c, bool pub) const noexcept;
   // With a bus (Redis).
   void bus_sub(conn_id c) noexcept;

@@ -7,7 +7,8 @@ redis-server for the bus.
   or nothing, also for a sub of several topics that crosses the limit), the connection stays
   usable and its subscriptions keep delivering; a topic it already holds or one freed by `unsub`
   is taken. Both with the embedded bus and with Redis (the two paths of server/pubsub/session.cpp).
-  On the Redis bus a refused sub leaves nothing behind
+  A topic named more than once in one sub is one topic on both buses: counted once, named once
+  in `subbed`, replayed once. On the Redis bus a refused sub leaves nothing behind
   (`wspush_bus_waiting_topics` back to 0 after thousands of fresh names refused).
 - the open-files limit: started with a soft RLIMIT_NOFILE below the hard one, the server raises
   the soft limit to the hard one (/proc/<pid>/limits), logs both, and holds more connections than
@@ -169,6 +170,42 @@ async def topic_limit_embedded(args) -> None:
         s.kill()
 
 
+# ---- a topic named twice in one sub ---------------------------------------------------------------
+
+async def repeated_topic(s: ServerProcess) -> None:
+    """A topic named more than once in one `sub` is one topic on either bus: it counts once
+    against the limit and the answer names it once."""
+    ws = await connect(s)
+    try:
+        await subscribe(ws, ["a", "b", "c"])    # 3 of 4
+        await ws.send(json.dumps({"op": "sub", "topics": ["x", "x"]}))
+        r = await recv_json(ws)
+        check(r == {"op": "subbed", "topics": ["x"], "lost": []}, f"x named twice with 3 of 4 held: answered {r}")
+        await refused(ws, ["y"], "y", "x took the fourth place, once")
+        await delivers(s, ws, "x", what="x, subscribed once")
+        await delivers(s, ws, "a", what="a after x (x came once)")
+    finally:
+        await ws.close()
+    check(not s.crashed(), "the node crashed")
+
+
+async def repeated_topic_replayed(s: ServerProcess) -> None:
+    """A resume of a topic named three times in one `sub`: its missed events come once."""
+    first = publish_ok(s, "r", 0)
+    missed = [publish_ok(s, "r", n) for n in (1, 2, 3)]
+    ws = await connect(s)
+    try:
+        await ws.send(json.dumps({"op": "sub", "topics": ["r", "r", "r"], "since": {"r": first}}))
+        r = await recv_json(ws)
+        check(r.get("op") == "subbed" and r.get("lost") == [], f"a resume of r named three times: answered {r}")
+        got = [(await recv_json(ws)).get("id") for _ in missed]
+        check(got == missed, f"the replay of r named three times: {got}, expected {missed}")
+        await delivers(s, ws, "r", what="live after a replay sent once")
+    finally:
+        await ws.close()
+    check(not s.crashed(), "the node crashed")
+
+
 # ---- a refused sub leaves nothing behind (Redis bus) ---------------------------------------------
 
 async def refused_subs_leave_nothing(s: ServerProcess) -> None:
@@ -299,6 +336,10 @@ def main(args) -> None:
     f = Findings()
     f.step("too_many_subscriptions, embedded bus", lambda: asyncio.run(topic_limit_embedded(args)))
     f.step("too_many_subscriptions, Redis bus", lambda: asyncio.run(topic_limit_on_bus(args)))
+    for where, run in (("embedded bus", embedded), ("Redis bus", on_bus)):
+        f.step(f"a topic named twice in one sub counts once, {where}", lambda: asyncio.run(run(args, repeated_topic)))
+        f.step(f"a topic named thrice in one sub is replayed once, {where}",
+               lambda: asyncio.run(run(args, repeated_topic_replayed)))
     f.step("refused subs leave nothing behind, Redis bus", lambda: asyncio.run(on_bus(args, refused_subs_leave_nothing)))
     f.step("the open-files limit raised at start", open_files_limit, args)
     f.done()
