@@ -13,7 +13,6 @@
 --   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
 --                         written by the nodes from --history-size and --history-ttl
 --   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}
---   wspush:born           the first id of the stream key written anew last (first_id)
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -51,19 +50,32 @@ local function id_less(a, b)
   return as < bs
 end
 
--- The first id of a stream key written anew (deleted, expired, or never there): above every id
--- an earlier life of that key issued, so that replay reads all of those as lost. With '*' a new
--- life could issue again an id its earlier life issued in the same millisecond, and a resume
--- from that id would look current and hide what came after it. '*' ids in millisecond m are
--- m-0, m-1, ... (far fewer than 2^32 in one millisecond), so a life starts at m-2^32; and one
--- started in the same millisecond as the last start (wspush:born) starts 2^32 above it.
-local function first_id()
-  local ms, seq = now_ms(), 4294967296
-  local bms, bseq = string.match(redis.call('GET', 'wspush:born') or '', '^(%d+)%-(%d+)$')
-  bms, bseq = tonumber(bms), tonumber(bseq)
-  if bms and bms >= ms then ms, seq = bms, bseq + 4294967296 end
-  local id = string.format('%.0f-%.0f', ms, seq)
-  redis.call('SET', 'wspush:born', id)
+-- The first id of a stream key written anew (deleted, expired, or never there), from the TIME
+-- t = {seconds, microseconds} this publish read: above every id an earlier life of that key
+-- issued, so that replay reads all of those as lost (with '*' alone, a new life could issue
+-- again an id of its earlier life in the same millisecond, and a resume from it would look
+-- current and hide what came after it). It touches no key but the topic's own: under Redis
+-- Cluster a function's keys must share one hash slot, and a key of all topics is a hot spot.
+-- Why it holds: a life starts at m-S, m the millisecond of t, S = (u + 1) * 2^32, u its
+-- microsecond within m (0-999). '*' continues from the last id: m-(S+1), m-(S+2), ... while the
+-- clock is in m (or behind it), then m'-0, m'-1, ... in a later millisecond m'; a millisecond
+-- holds far fewer than 2^32 XADDs, and '*' never takes a millisecond ahead of the clock TIME
+-- reads. So the ids a life issued in a millisecond m are below 2^32 if it began before m, and
+-- below (u + 2) * 2^32 if it began at m, u. A later life of the key reads a later TIME: in a
+-- later millisecond (above all), or in m, starting at >= 2^32, and at u' > u if the earlier life
+-- began in m too: (u' + 1) * 2^32 >= (u + 2) * 2^32. That needs the later TIME strictly later,
+-- while TIME counts microseconds and reads a command apart were seen 1 us apart: so a creation
+-- waits until TIME has moved on from t (in practice one TIME more; a clock stuck for 1000 reads
+-- is given up on). Not covered, nor with '*' alone: a clock set back (an operator, NTP, a
+-- failover to a replica whose clock is behind) past the earlier life's ids.
+local function first_id(t)
+  local us = tonumber(t[2])
+  local id = string.format('%.0f-%.0f', tonumber(t[1]) * 1000 + math.floor(us / 1000),
+                           (us % 1000 + 1) * 4294967296)
+  for _ = 1, 1000 do
+    local n = redis.call('TIME')
+    if n[2] ~= t[2] or n[1] ~= t[1] then break end
+  end
   return id
 end
 
@@ -76,11 +88,13 @@ local function publish(keys, args)
   local maxlen, ttl = config()
   local e = epoch()
   local stream = 'wspush:stream:' .. topic
+  local t = redis.call('TIME')
   local next_id = '*'
-  if redis.call('EXISTS', stream) == 0 then next_id = first_id() end
+  if redis.call('EXISTS', stream) == 0 then next_id = first_id(t) end
   local id = redis.call('XADD', stream, 'MAXLEN', maxlen, next_id, 'd', data)
   if ttl > 0 then
-    redis.call('XTRIM', stream, 'MINID', (now_ms() - ttl) .. '-0')
+    local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('XTRIM', stream, 'MINID', (ms - ttl) .. '-0')
     redis.call('PEXPIRE', stream, ttl * 2)
   end
   local full = e .. ':' .. id

@@ -11,10 +11,10 @@ client for what an operator or a backend does straight into Redis.
   trying, and comes up by itself once the password is right;
 - `lost` after Redis dropped part of a topic's stream: trimmed by count (`--history-size`,
   XTRIM MAXLEN), by id (XTRIM MINID), the key deleted or expired, also when a publish then writes
-  it again (within the same millisecond too: the new stream never issues again an id of the old
-  one), trimmed to nothing, or an entry XDELed: a resume from an id older than what the stream
-  still holds names the topic in `lost` and still replays what is kept, in order, before what
-  comes live;
+  it again (within the same millisecond too, and many times over: the new stream never issues
+  again an id of the old one, and no key shared by all topics is kept for that), trimmed to
+  nothing, or an entry XDELed: a resume from an id older than what the stream still holds names
+  the topic in `lost` and still replays what is kept, in order, before what comes live;
 - a node set up while Redis answers `-LOADING` (reading its data set): unready while it loads,
   then it serves once the load ends, neither restarted nor given up.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
@@ -393,6 +393,21 @@ async def written_again(s: ServerProcess, r: redis.Redis, pub) -> None:
         kept.append(pub("burst", f"fence {n}"))
         await expect_events(ws, replayed + kept[-1:], f"resume from {n}: the new stream replayed, then live")
         await ws.close()
+    # Many lives of one key in one transaction (a few milliseconds): each starts above every id
+    # of the one before, with no key shared by all topics kept for it (the epoch and the config
+    # are the only ones there are).
+    p = r.pipeline(transaction=True)
+    for life in range(40):
+        for n in range(3):
+            p.fcall("wspush_publish", 0, "lives", json.dumps(n))
+        p.delete("wspush:stream:lives")
+    ids = [x.split(":", 1)[1] if isinstance(x, str) else x.decode().split(":", 1)[1]
+           for x in p.execute() if not isinstance(x, int)]
+    seq = [tuple(int(v) for v in i.split("-")) for i in ids]
+    check(seq == sorted(set(seq)) and len(seq) == 120, f"40 lives of one key issued ids not always increasing: {ids}")
+    shared = {k.decode() if isinstance(k, bytes) else k for k in r.scan_iter("wspush:*")}
+    shared = {k for k in shared if not k.startswith("wspush:stream:")}
+    check(shared <= {"wspush:epoch", "wspush:config"}, f"keys shared by all topics: {sorted(shared)}")
 
 
 async def emptied_and_xdel(s: ServerProcess, r: redis.Redis, pub) -> None:
