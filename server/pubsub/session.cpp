@@ -137,6 +137,7 @@ void session::client_sub(conn_id c) noexcept {
   for (std::string_view t : topics)  // all or nothing: a refused sub changes nothing
     if (!proto::grants_match(granted, t)) return client_error(c, proto::client_error::forbidden, t);
   topic_registry& reg = _fanout.registry();
+  static_assert(proto::max_topics_per_message <= 32, "one bit of `added` per topic of a sub");
   std::uint32_t added = 0;  // bit k: topics[k] is new to this connection
   for (std::size_t k = 0; k < topics.size(); ++k) {
     auto r = reg.subscribe(c, topics[k]);
@@ -281,6 +282,7 @@ void session::bus_sub(conn_id c) noexcept {
   topic_registry& reg = _fanout.registry();
   // Which topics are new to the connection, and whether they fit, before anything is counted
   // or allocated: a refused sub leaves nothing behind.
+  static_assert(proto::max_topics_per_message <= 32, "one bit of `added` per topic of a sub");
   std::uint32_t added = 0;  // bit k: topics[k] is new to this connection
   std::uint32_t adding = 0;
   for (std::size_t k = 0; k < topics.size(); ++k) {
