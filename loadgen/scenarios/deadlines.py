@@ -11,7 +11,10 @@ max of that lateness in milliseconds, and how many connections met the promise's
   `--pong-timeout` after an unanswered ping;
 - message timeout: a frame started and not finished is closed `--message-timeout` after its
   first byte;
-- upgrade timeout: an upgrade request not complete is closed `--upgrade-timeout` after connect;
+- upgrade timeout: an upgrade request not complete is closed `--upgrade-timeout` after connect,
+  and so is a TLS connection whose ClientHello stopped half way;
+- admin listener: a connection without the API key that sends nothing is closed 5 s after
+  connect (its unkeyed deadline);
 - drain: on SIGTERM the 1001 closes spread over `--drain-seconds` and the process exits once
   every client answered.
 
@@ -33,11 +36,14 @@ import signal
 import socket
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
-from wsp_testlib import ServerProcess, decode_frame, encode_frame, parse_close, upgrade_request  # noqa: E402
+from wsp_testlib import (ServerProcess, admin_port, decode_frame, encode_frame, parse_close,  # noqa: E402
+                         upgrade_request)
+from wsp_tls import client_hello, make_cert, tls_args  # noqa: E402
 
 SECRET = "deadlines-secret"
 
@@ -179,6 +185,35 @@ def upgrade_timeout(args) -> dict:
         return summary("half upgrade → close", "--upgrade-timeout 2 s after connect", late, 1000)
 
 
+def half_connections(port: int, n: int, first_bytes: bytes) -> "list[Conn]":
+    """n connections that send `first_bytes` and then nothing; returns once each has closed."""
+    conns = [Conn(port) for _ in range(n)]
+    for c in conns:
+        if first_bytes:
+            c.sock.sendall(first_bytes)
+    pump_until(conns, lambda: all(c.eof_at for c in conns), 60)
+    assert all(c.eof_at for c in conns), "some connections were never closed"
+    return conns
+
+
+def tls_half_hello(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="wspush-deadlines-") as tmp:
+        extra = [*tls_args(*make_cert(tmp)), "--upgrade-timeout", "2"]
+        with ServerProcess(args.server, io=args.io, mode="echo", extra=extra) as srv:
+            hello = client_hello()
+            conns = half_connections(srv.port, args.connections, hello[:len(hello) // 2])
+            late = [(c.eof_at - c.opened_at - 2) * 1000 for c in conns]
+            return summary("TLS: half ClientHello → close", "--upgrade-timeout 2 s after connect", late, 1000)
+
+
+def admin_unkeyed(args) -> dict:
+    n = min(args.connections, 150)  # below the slots unkeyed connections may hold (192): none evicted
+    with ServerProcess(args.server, io=args.io, mode="pubsub", extra=["--api-key", "deadlines-key"]) as srv:
+        conns = half_connections(admin_port(srv), n, b"")
+        late = [(c.eof_at - c.opened_at - 5) * 1000 for c in conns]
+        return summary("admin: silent keyless → close", "5 s after connect", late, 1000)
+
+
 def drain(args) -> "list[dict]":
     srv = ServerProcess(args.server, io=args.io, mode="pubsub", extra=["--drain-seconds", "2"]).start()
     try:
@@ -219,7 +254,8 @@ def main() -> None:
     print(f"lateness in ms past each deadline, {args.connections} connections, --io={args.io}")
     print("| promise | stated | n | min | median | p99 | max | within 1 s |")
     print("|---|---|---|---|---|---|---|---|")
-    rows = [token_expiry(args), *keepalive(args), message_timeout(args), upgrade_timeout(args), *drain(args)]
+    rows = [token_expiry(args), *keepalive(args), message_timeout(args), upgrade_timeout(args),
+            tls_half_hello(args), admin_unkeyed(args), *drain(args)]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

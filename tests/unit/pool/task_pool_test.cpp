@@ -162,7 +162,12 @@ TEST_CASE("task_pool: grows to max_workers under load, retires down to initial w
     }));
   }
   REQUIRE(eventually([&] { return again == 3; }));
-  CHECK(pool.stats().workers == 3);
+  // Three at once take three workers. A growth decision may start one worker too many (a worker
+  // leaves the idle count before it pops, so a push can miss it), never one too few, and never
+  // past max_workers.
+  const auto grown = pool.stats().workers;
+  CHECK(grown >= 3);
+  CHECK(grown <= 4);
   q->release.count_down();
 }
 
