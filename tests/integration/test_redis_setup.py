@@ -17,6 +17,11 @@ client for what an operator or a backend does straight into Redis.
   the topic in `lost` and still replays what is kept, in order, before what comes live;
 - a node set up while Redis answers `-LOADING` (reading its data set): unready while it loads,
   then it serves once the load ends, neither restarted nor given up.
+- a `since` of the right epoch whose stream id Redis cannot read (`<epoch>:99999999999999999999-0`)
+  is the client's error: `bad_request` naming that topic, decided before Redis is asked, and the
+  connection goes on; a replay Redis refuses (the topic's stream key holds a string) is answered
+  `unavailable`; either way, subs that also resumed 31 topics of 100 × 16 KB events leave nothing
+  behind once their connections closed (the node's RSS comes back to within a few MB).
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
@@ -425,6 +430,110 @@ async def emptied_and_xdel(s: ServerProcess, r: redis.Redis, pub) -> None:
 
 # ---- LOADING --------------------------------------------------------------------------------------
 
+def rss_mb(s: ServerProcess) -> float:
+    with open(f"/proc/{s.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/<pid>/status")
+
+
+async def settled_rss(s: ServerProcess, seconds: float = 3) -> float:
+    """The node's RSS once it stopped falling (what closed connections held is given back)."""
+    last = rss_mb(s)
+    deadline = time.monotonic() + scaled(seconds)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        now = rss_mb(s)
+        if abs(now - last) < 0.5:
+            return now
+        last = now
+    return last
+
+
+async def bad_since(args) -> None:
+    rs = RedisServer(persistent=False).start()
+    r = resp(port=rs.port)
+    s = start_node(args, rs.url)
+    try:
+        wait_ready(s)
+        epoch = publish_ok(s, "fence", 0).split(":")[0]
+        publish_ok(s, "bad", 0)  # a stream Redis reads the bad id against (none: answered lost)
+        topics = [f"big{k}" for k in range(31)]
+        blob = json.dumps("x" * 16384)
+        pipe = r.pipeline(transaction=False)
+        for n in range(100):
+            for t in topics:
+                pipe.fcall("wspush_publish", 0, t, blob)
+        pipe.execute()
+        far_back = {t: f"{epoch}:1-0" for t in topics}
+        bad_id = f"{epoch}:99999999999999999999-0"
+        r.set("wspush:stream:refused", "not a stream")  # its replay fails in Redis (WRONGTYPE)
+
+        problems = []  # every finding, so that a failing run still shows the memory figures
+
+        def soft(ok: bool, what: str) -> None:
+            if not ok:
+                problems.append(what)
+
+        # The bad id: the client's error, for that topic; the connection goes on.
+        ws = await connect(s)
+        await ws.send(json.dumps({"op": "sub", "topics": ["fence", "bad"], "since": {"fence": f"{epoch}:1-0",
+                                                                                      "bad": bad_id}}))
+        e = await recv_json(ws)
+        soft(e == {"op": "error", "code": "bad_request", "topic": "bad"}, f"a bad since answered {e}")
+        got = await subscribe(ws, ["after"])
+        check(got.get("op") == "subbed", f"the next sub after a bad since answered {got}")
+        publish_ok(s, "after", 1)
+        e = await recv_json(ws)
+        check(e.get("topic") == "after" and e.get("data") == 1, f"the connection after a bad since got {e}")
+        await ws.close()
+
+        # Warm-up: good resumes of every topic, closed behind their answer (more than
+        # --max-pending-bytes: the node may close them first), then the baseline.
+        for _ in range(2):
+            ws = await connect(s)
+            await ws.send(json.dumps({"op": "sub", "topics": topics, "since": far_back}))
+            try:
+                got = await recv_json(ws, 30)
+                check(got.get("op") == "subbed", f"a good resume answered {got}")
+            except websockets.ConnectionClosed:
+                pass
+            await ws.close()
+        before = await settled_rss(s)
+
+        async def attack(bad_topic: str, since: str, code: str) -> None:
+            conns = []
+            for _ in range(6):
+                ws = await connect(s)
+                await ws.send(json.dumps({"op": "sub", "topics": topics + [bad_topic],
+                                          "since": {**far_back, bad_topic: since}}))
+                conns.append(ws)
+            for ws in conns:
+                e = await recv_json(ws, 30)
+                soft(e.get("op") == "error" and e.get("code") == code and e.get("topic") in (bad_topic, topics[0]),
+                     f"a sub with {bad_topic}={since!r} answered {e}")
+            for ws in conns:
+                await ws.close()
+
+        await attack("bad", bad_id, "bad_request")
+        after_bad = await settled_rss(s)
+        await attack("refused", f"{epoch}:1-0", "unavailable")
+        after_refused = await settled_rss(s)
+        print(f"  RSS {before:.1f} MB before, {after_bad:.1f} MB after 6 bad ids, "
+              f"{after_refused:.1f} MB after 6 replays Redis refused", file=sys.stderr)
+        soft(after_bad - before < 10, f"6 subs with a bad since kept {after_bad - before:.1f} MB "
+              f"({before:.1f} -> {after_bad:.1f} MB) after their connections closed")
+        soft(after_refused - before < 10, f"6 subs whose replay Redis refused kept {after_refused - before:.1f} MB "
+              f"({before:.1f} -> {after_refused:.1f} MB) after their connections closed")
+        await serves(s, "still", "the node after the bad subs")
+        check(not s.crashed(), "the node crashed")
+        check(not problems, "; ".join(problems))
+    finally:
+        s.kill()
+        rs.close()
+
+
 def wait_loading(rs: RedisServer, seconds: float = 30) -> None:
     """Until redis-server answers -LOADING (it refuses connections before it listens)."""
     deadline = time.monotonic() + scaled(seconds)
@@ -490,6 +599,7 @@ def main(args) -> None:
     f.step("lost after the stream was trimmed to nothing or an entry XDELed",
            lambda: asyncio.run(on_a_node(args, emptied_and_xdel)))
     f.step("a node set up while Redis is LOADING", lambda: asyncio.run(set_up_while_loading(args)))
+    f.step("a since Redis cannot read, a replay Redis refuses: nothing kept", lambda: asyncio.run(bad_since(args)))
     f.done()
 
 
