@@ -1,6 +1,7 @@
 #include "server/bus/redis_bus.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <random>
 
@@ -25,6 +26,15 @@ constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while
 constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
 
+/// Decimal digits only, within 64-bit unsigned range (what Redis reads in a stream id).
+bool parse_number(std::string_view s, std::uint64_t& v) noexcept {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
 /// "<epoch>:<ms>-<seq>" → (ms, seq); false when malformed.
 bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexcept {
   const auto colon = id.find(':');
@@ -34,16 +44,7 @@ bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexce
   std::string_view rest = id.substr(colon + 1);
   const auto dash = rest.find('-');
   if (dash == 0 || dash == std::string_view::npos || dash + 1 == rest.size()) return false;
-  auto num = [](std::string_view s, std::uint64_t& v) {
-    if (s.size() > 19) return false;
-    v = 0;
-    for (char c : s) {
-      if (c < '0' || c > '9') return false;
-      v = v * 10 + std::uint64_t(c - '0');
-    }
-    return true;
-  };
-  return num(rest.substr(0, dash), ms) && num(rest.substr(dash + 1), seq);
+  return parse_number(rest.substr(0, dash), ms) && parse_number(rest.substr(dash + 1), seq);
 }
 
 struct id_key {
@@ -94,12 +95,13 @@ struct redis_bus::waiter {
 };
 
 struct redis_bus::request {
-  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub } kind = sub;
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw } kind = sub;
   std::uint32_t shard = 0;
   conn_id conn = 0;
   std::string topic, data;
   std::unique_ptr<pubsub::bus_sub> s;
   std::shared_ptr<waiter> w;
+  std::uint64_t sub_request = 0;  // withdraw: the sub's number (bus_sub::request)
 };
 
 struct redis_bus::op {
@@ -127,6 +129,7 @@ struct redis_bus::topic_state {
 
 struct redis_bus::pending {
   enum kind_t : std::uint8_t { sub, catchup } kind = sub;
+  std::uint64_t pid = 0;
   std::unique_ptr<pubsub::bus_sub> s;
   std::uint32_t unconfirmed = 0, replies_left = 0;
   bool marker_seen = false, failed = false;
@@ -206,6 +209,30 @@ void redis_bus::release(std::uint32_t shard, std::string_view topic) noexcept {
     return;
   }
   _loop.wake();
+}
+
+void redis_bus::withdraw(std::uint32_t shard, std::uint64_t sub_request) noexcept {
+  try {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::withdraw, shard, 0, {}, {}, {}, {}, sub_request});
+  } catch (...) {
+    return;  // it goes when Redis has answered
+  }
+  _loop.wake();
+}
+
+/// The ids a node issues: "<epoch>:<ms>-<seq>" on this bus, "<epoch>:<seq>" on the embedded bus
+/// (a node moved from it to Redis: of another epoch, so `lost`). The epoch is 1-16 of [0-9a-z],
+/// every number decimal within 64 bits: Redis refuses a stream id past that, and the node would
+/// have nothing to answer but `unavailable`.
+bool redis_bus::readable_since(std::string_view id) const noexcept {
+  std::uint64_t ms, seq;
+  if (parse_id(id, ms, seq)) return true;
+  const auto colon = id.find(':');
+  if (colon == 0 || colon == std::string_view::npos || colon > 16) return false;
+  for (char c : id.substr(0, colon))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  return parse_number(id.substr(colon + 1), seq);
 }
 
 bool redis_bus::publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept {
@@ -301,6 +328,7 @@ void redis_bus::handle(request& r) noexcept {
   switch (r.kind) {
     case request::sub: return handle_sub(std::move(r.s));
     case request::release: return handle_release(r.shard, r.topic);
+    case request::withdraw: return handle_withdraw(r.shard, r.sub_request);
     case request::client_pub:
     case request::admin_pub: return handle_publish(r);
   }
@@ -326,6 +354,7 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
   const std::uint64_t pid = _next_pid++;
   pending& p = _pending[pid];
   p.kind = pending::sub;
+  p.pid = pid;
   p.parts.resize(s->topics.size());
   for (std::size_t k = 0; k < s->topics.size(); ++k) {
     topic_state& ts = _topics[s->topics[k]];
@@ -343,7 +372,7 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
     }
   }
   p.s = std::move(s);
-  if (!_up.load(std::memory_order_relaxed)) return fail_pending(p);
+  if (!_up.load(std::memory_order_relaxed)) return drop_pending(pid);
   if (p.unconfirmed == 0) advance(pid);
 }
 
@@ -450,14 +479,14 @@ void redis_bus::start_replay(std::uint64_t pid) noexcept {
     if (part.since.empty()) continue;
     part.last = key_of(part.since);
     auto* o = new (std::nothrow) op{op::replay, pid, k};
-    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o)) return fail_pending(p);
+    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o)) return drop_pending(pid);
     ++p.replies_left;
     part.replaying = true;
     if (p.kind == pending::sub) _topics[part.topic].replaying.push_back(pid);
   }
   const std::string token = std::to_string(pid);
   auto* o = new (std::nothrow) op{op::marker, pid};
-  if (!o || !command({"PUBLISH", _node_channel, token}, o)) return fail_pending(p);
+  if (!o || !command({"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
 }
 
 void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
@@ -542,12 +571,31 @@ void redis_bus::fail_pending(pending& p) noexcept {
   for (auto& part : p.parts) {
     auto t = _topics.find(part.topic);
     if (t == _topics.end()) continue;
-    for (auto* v : {&t->second.waiting, &t->second.replaying}) v->clear();
-    if (p.kind == pending::catchup) t->second.catchup = 0;
+    // Only this one's place: other subs of the topic wait and keep events aside as before.
+    for (auto* v : {&t->second.waiting, &t->second.replaying}) v->erase(std::remove(v->begin(), v->end(), p.pid), v->end());
+    if (p.kind == pending::catchup && t->second.catchup == p.pid) t->second.catchup = 0;
+    part.entries.clear();
+    part.live.clear();
   }
   if (p.kind != pending::sub || !p.s) return;
   auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
   if (r) answer_sub(p, std::move(r), pubsub::bus_reply::sub_failed);
+}
+
+/// Fails a sub or catch-up under way and forgets it: every frame it kept goes now. Its
+/// replies still to come find nothing and are dropped.
+void redis_bus::drop_pending(std::uint64_t pid) noexcept {
+  auto it = _pending.find(pid);
+  if (it == _pending.end()) return;
+  fail_pending(it->second);
+  _pending.erase(it);
+}
+
+/// The connection of a sub under way closed: its pending goes now (the shard hears sub_failed
+/// and drops the holds it took for it), not when Redis has answered.
+void redis_bus::handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept {
+  for (auto& [pid, p] : _pending)
+    if (p.kind == pending::sub && p.s && p.s->shard == shard && p.s->request == request) return drop_pending(pid);
 }
 
 // ---- publishes ------------------------------------------------------------------------------
@@ -601,8 +649,11 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       if (it == _pending.end()) return;
       pending& p = it->second;
       if (error || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-        if (r != nullptr) _n.malformed.add();
-        return fail_pending(p);
+        if (r != nullptr && !error) _n.malformed.add();
+        if (error && r != nullptr)
+          log_ratelimited(log_level::warn, "bus: a replay of %.*s failed: %.*s", int(p.parts[o->index].topic.size()),
+                          p.parts[o->index].topic.data(), int(str(r).size()), str(r).data());
+        return drop_pending(o->pid);  // what the sub's other replies brought goes with it
       }
       auto& part = p.parts[o->index];
       part.lost = r->element[0]->integer != 0;
@@ -614,7 +665,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
           continue;
         }
         pool::frame_ref f = frame_event(part.topic, id, data);
-        if (!f) return fail_pending(p);
+        if (!f) return drop_pending(o->pid);
         part.entries.push_back(std::move(f));
         part.last = id_key{ms, seq};
       }
@@ -798,6 +849,7 @@ void redis_bus::start_catchup(const std::string& topic) noexcept {
   const std::uint64_t pid = _next_pid++;
   pending& c = _pending[pid];
   c.kind = pending::catchup;
+  c.pid = pid;
   c.parts.resize(1);
   c.parts[0].topic = topic;
   c.parts[0].since = ts.last_id;

@@ -99,6 +99,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool up() const noexcept override { return _up.load(std::memory_order_acquire); }
   bool subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept override;
   void release(std::uint32_t shard, std::string_view topic) noexcept override;
+  void withdraw(std::uint32_t shard, std::uint64_t request) noexcept override;
+  bool readable_since(std::string_view id) const noexcept override;
   bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept override;
 
   /// Any thread but the bus's (the admin API): publishes and waits for Redis's answer, at most
@@ -158,6 +160,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void maybe_finish(std::uint64_t pid) noexcept;
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
+  void drop_pending(std::uint64_t pid) noexcept;
+  void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
   void pub_failed(std::uint32_t shard, conn_id conn, std::string topic) noexcept;
   void live(std::string_view topic, std::string_view payload) noexcept;

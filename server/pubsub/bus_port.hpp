@@ -60,6 +60,14 @@ class bus_port {
   virtual bool subscribe(std::unique_ptr<bus_sub> s) noexcept = 0;
   /// Shard thread: the shard no longer holds `topic`. Never refused.
   virtual void release(std::uint32_t shard, std::string_view topic) noexcept = 0;
+  /// Shard thread: the connection of the sub numbered `request` (bus_sub::request) closed
+  /// while it waits. The bus may give up on it now, answering sub_failed, rather than when it
+  /// would have answered; the answer comes either way. Never refused.
+  virtual void withdraw(std::uint32_t shard, std::uint64_t request) noexcept = 0;
+  /// Any thread: whether the bus can read `id` as a `since` (an id of another epoch can be
+  /// read: it is answered `lost`). False: the client's `sub` is bad_request, and nothing is
+  /// asked of the bus.
+  virtual bool readable_since(std::string_view id) const noexcept = 0;
   /// A client's pub (shard thread). False: refused at once (down). A failure later comes back
   /// as a pub_failed reply.
   virtual bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept = 0;

@@ -69,7 +69,10 @@ void session::on_close(conn_id c) noexcept {
   if (_bus) {
     unsubscribe_all(c);
     for (auto& [id, w] : _waiting_subs)
-      if (w.conn == c) w.closed = true;  // its answer finds no one (a reused slot is another connection)
+      if (w.conn == c && !w.closed) {
+        w.closed = true;  // its answer finds no one (a reused slot is another connection)
+        _bus->withdraw(_shard, id);  // and what the bus keeps for it goes now
+      }
   } else if (_fanout.registry().unsubscribe_all(c)) {
     _fanout.count_subscriptions();  // a reused slot starts with no topics
   }
@@ -295,6 +298,9 @@ void session::bus_sub(conn_id c) noexcept {
   }
   if (reg.topic_count_of(c) + adding > _o.max_topics_per_connection)
     return client_error(c, proto::client_error::too_many_subscriptions, topics.front());
+  // A `since` the bus cannot read is the client's error, before the bus is asked anything.
+  for (const proto::since_entry& e : _env->since())
+    if (!_bus->readable_since(e.id)) return client_error(c, proto::client_error::bad_request, e.topic);
   std::unique_ptr<pubsub::bus_sub> s;
   waiting_sub w;
   try {

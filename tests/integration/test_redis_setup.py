@@ -489,11 +489,15 @@ async def bad_since(args) -> None:
         check(e.get("topic") == "after" and e.get("data") == 1, f"the connection after a bad since got {e}")
         await ws.close()
 
-        # Warm-up: good resumes of every topic, closed behind their answer (more than
-        # --max-pending-bytes: the node may close them first), then the baseline.
-        for _ in range(2):
+        # Warm-up: 6 good resumes of every topic at once, as the attacks below (the allocator
+        # and the pools find their size), closed behind their answer (more than
+        # --max-pending-bytes: the node may close them first); then the baseline.
+        conns = []
+        for _ in range(6):
             ws = await connect(s)
             await ws.send(json.dumps({"op": "sub", "topics": topics, "since": far_back}))
+            conns.append(ws)
+        for ws in conns:
             try:
                 got = await recv_json(ws, 30)
                 check(got.get("op") == "subbed", f"a good resume answered {got}")
