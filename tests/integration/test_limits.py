@@ -15,7 +15,6 @@ Exit 0 pass, 1 fail, 77 io_uring unavailable.
 import asyncio
 import json
 import os
-import re
 import resource
 import sys
 import time
@@ -26,28 +25,16 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
-from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, recv_json,  # noqa: E402
-                         run_main, scaled, scrape_metrics, subscribe)
+from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric,  # noqa: E402
+                         publish_ok, recv_json, run_main, scaled, subscribe)
 
 LIMIT = 4
 
 
 # ---- helpers --------------------------------------------------------------------------------------
 
-def publish_ok(s: ServerProcess, topic: str, data) -> str:
-    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(s)}/publish",
-                                 data=json.dumps({"topic": topic, "data": data}).encode())
-    try:
-        with urllib.request.urlopen(req, timeout=scaled(10)) as r:
-            status, body = r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read()
-    check(status == 200, f"publish to {topic} answered {status} {body}")
-    return body["id"]
 
 
-def metric(s: ServerProcess, name: str) -> float:
-    return scrape_metrics(admin_port(s)).get(name, 0)
 
 
 def wait_bus_ready(s: ServerProcess, seconds: float = 30) -> None:

@@ -46,7 +46,8 @@ from wsp_nginx import nginx_prefix  # noqa: E402
 from wsp_ports import reserve_port  # noqa: E402
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
-                         check, recv_json, run_main, scaled, scrape_metrics, subscribe)
+                         check, metric, publish, publish_ok, recv_json, run_main, scaled,
+                         subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -76,24 +77,10 @@ def wait_ready(s: ServerProcess, ready: bool, seconds: float = 20) -> None:
         time.sleep(0.05)
 
 
-def publish(s: ServerProcess, topic: str, data) -> "tuple[int, dict]":
-    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(s)}/publish",
-                                 data=json.dumps({"topic": topic, "data": data}).encode())
-    try:
-        with urllib.request.urlopen(req, timeout=scaled(10)) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
 
 
-def publish_ok(s: ServerProcess, topic: str, data) -> str:
-    status, body = publish(s, topic, data)
-    check(status == 200, f"publish to {topic} answered {status} {body}")
-    return body["id"]
 
 
-def metric(s: ServerProcess, name: str) -> float:
-    return scrape_metrics(admin_port(s)).get(name, 0)
 
 
 async def connect(s: ServerProcess, port: int = 0):

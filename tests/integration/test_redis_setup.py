@@ -32,7 +32,7 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, TestFailure, admin_port, arg_parser, check,  # noqa: E402
-                         recv_json, run_main, scaled, scrape_metrics, subscribe)
+                         metric, publish, publish_ok, recv_json, run_main, scaled, subscribe)
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -62,24 +62,10 @@ def wait_ready(s: ServerProcess, seconds: float = 30) -> None:
         time.sleep(0.05)
 
 
-def publish(s: ServerProcess, topic: str, data) -> "tuple[int, dict]":
-    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(s)}/publish",
-                                 data=json.dumps({"topic": topic, "data": data}).encode())
-    try:
-        with urllib.request.urlopen(req, timeout=scaled(10)) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
 
 
-def publish_ok(s: ServerProcess, topic: str, data) -> str:
-    status, body = publish(s, topic, data)
-    check(status == 200, f"publish to {topic} answered {status} {body}")
-    return body["id"]
 
 
-def metric(s: ServerProcess, name: str) -> float:
-    return scrape_metrics(admin_port(s)).get(name, 0)
 
 
 async def connect(s: ServerProcess):

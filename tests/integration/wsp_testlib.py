@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 import traceback
+import urllib.error
+import urllib.request
 from typing import Optional
 
 from wsp_wire import *  # noqa: F401,F403  (one import for the test scripts)
@@ -247,6 +249,30 @@ def http_request(port: int, method: str, path: str, body: bytes = b"") -> "tuple
         return resp.status, resp.read().decode()
     finally:
         conn.close()
+
+
+def publish(server: "ServerProcess", topic: str, data) -> "tuple[int, dict]":
+    """POST /publish to the server's admin listener; (status, JSON body). HTTP errors are
+    answers too: the status says which."""
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(server)}/publish",
+                                 data=json.dumps({"topic": topic, "data": data}).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=scaled(10)) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def publish_ok(server: "ServerProcess", topic: str, data) -> str:
+    """A publish that must be accepted; returns its id."""
+    status, body = publish(server, topic, data)
+    check(status == 200, f"publish to {topic} answered {status} {body}")
+    return body["id"]
+
+
+def metric(server: "ServerProcess", name: str) -> float:
+    """One series of the server's /metrics (0 when absent)."""
+    return scrape_metrics(admin_port(server)).get(name, 0)
 
 
 def scrape_metrics(port: int) -> dict:
