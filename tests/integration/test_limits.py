@@ -7,9 +7,6 @@ redis-server for the bus.
   or nothing, also for a sub of several topics that crosses the limit), the connection stays
   usable and its subscriptions keep delivering; a topic it already holds or one freed by `unsub`
   is taken. Both with the embedded bus and with Redis (the two paths of server/pubsub/session.cpp).
-  A topic named more than once in one sub is one topic on both buses: counted once, named once
-  in `subbed`, replayed once. On the Redis bus a refused sub leaves nothing behind
-  (`wspush_bus_waiting_topics` back to 0 after thousands of fresh names refused).
 - the open-files limit: started with a soft RLIMIT_NOFILE below the hard one, the server raises
   the soft limit to the hard one (/proc/<pid>/limits), logs both, and holds more connections than
   the soft limit it was started with.
@@ -29,7 +26,7 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric,  # noqa: E402
-                         publish_ok, recv_json, run_main, scaled, scrape_metrics, subscribe)
+                         publish_ok, recv_json, run_main, scaled, subscribe)
 
 LIMIT = 4
 
@@ -157,88 +154,6 @@ async def topic_limit_embedded(args) -> None:
         s.kill()
 
 
-# ---- a topic named twice in one sub ---------------------------------------------------------------
-
-async def repeated_topic(s: ServerProcess) -> None:
-    """A topic named more than once in one `sub` is one topic on either bus: it counts once
-    against the limit and the answer names it once."""
-    ws = await connect(s)
-    try:
-        await subscribe(ws, ["a", "b", "c"])    # 3 of 4
-        await ws.send(json.dumps({"op": "sub", "topics": ["x", "x"]}))
-        r = await recv_json(ws)
-        check(r == {"op": "subbed", "topics": ["x"], "lost": []}, f"x named twice with 3 of 4 held: answered {r}")
-        await refused(ws, ["y"], "y", "x took the fourth place, once")
-        await delivers(s, ws, "x", what="x, subscribed once")
-        await delivers(s, ws, "a", what="a after x (x came once)")
-    finally:
-        await ws.close()
-    check(not s.crashed(), "the node crashed")
-
-
-async def repeated_topic_replayed(s: ServerProcess) -> None:
-    """A resume of a topic named three times in one `sub`: its missed events come once."""
-    first = publish_ok(s, "r", 0)
-    missed = [publish_ok(s, "r", n) for n in (1, 2, 3)]
-    ws = await connect(s)
-    try:
-        await ws.send(json.dumps({"op": "sub", "topics": ["r", "r", "r"], "since": {"r": first}}))
-        r = await recv_json(ws)
-        check(r.get("op") == "subbed" and r.get("lost") == [], f"a resume of r named three times: answered {r}")
-        got = [(await recv_json(ws)).get("id") for _ in missed]
-        check(got == missed, f"the replay of r named three times: {got}, expected {missed}")
-        await delivers(s, ws, "r", what="live after a replay sent once")
-    finally:
-        await ws.close()
-    check(not s.crashed(), "the node crashed")
-
-
-# ---- a refused sub leaves nothing behind (Redis bus) ---------------------------------------------
-
-async def refused_subs_leave_nothing(s: ServerProcess) -> None:
-    """A connection at its limit sends subs of fresh topic names, each refused: the shard's
-    bookkeeping of topics it waits on for Redis (wspush_bus_waiting_topics) is back to 0 after
-    each, however many names went by; before, each refused name stayed in it for good."""
-    check("wspush_bus_waiting_topics" in scrape_metrics(admin_port(s)), "no wspush_bus_waiting_topics gauge")
-    ws = await connect(s)
-    try:
-        await subscribe(ws, ["a", "b", "c", "d"])
-        names = 0
-        for round_ in range(100):
-            for k in range(6):   # 7 refusals in a row close the connection (session.cpp)
-                fresh = [f"fresh:{round_}:{k}:{j}" for j in range(28)]
-                await refused(ws, fresh, fresh[0], "fresh names past the limit")
-                names += len(fresh)
-            await subscribe(ws, ["a"])   # an accepted message resets the count of refusals
-        waiting = metric(s, "wspush_bus_waiting_topics")
-        check(waiting == 0, f"after {names} fresh topic names refused, the reactors still hold {waiting:.0f}")
-        await delivers(s, ws, "a", others=["fresh:0:0:0"], what="still served")
-    finally:
-        await ws.close()
-    check(not s.crashed(), "the node crashed")
-
-
-async def on_bus(args, fn, *a) -> None:
-    rs = RedisServer(persistent=False).start()
-    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                      extra=["--bus", rs.url, "--max-topics-per-connection", LIMIT]).start()
-    try:
-        wait_bus_ready(s)
-        await fn(s, *a)
-    finally:
-        s.kill()
-        rs.close()
-
-
-async def embedded(args, fn, *a) -> None:
-    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                      extra=["--max-topics-per-connection", LIMIT]).start()
-    try:
-        await fn(s, *a)
-    finally:
-        s.kill()
-
-
 # ---- the open-files limit -------------------------------------------------------------------------
 
 class LimitedServer(ServerProcess):
@@ -323,11 +238,6 @@ def main(args) -> None:
     f = Findings()
     f.step("too_many_subscriptions, embedded bus", lambda: asyncio.run(topic_limit_embedded(args)))
     f.step("too_many_subscriptions, Redis bus", lambda: asyncio.run(topic_limit_on_bus(args)))
-    for where, run in (("embedded bus", embedded), ("Redis bus", on_bus)):
-        f.step(f"a topic named twice in one sub counts once, {where}", lambda: asyncio.run(run(args, repeated_topic)))
-        f.step(f"a topic named thrice in one sub is replayed once, {where}",
-               lambda: asyncio.run(run(args, repeated_topic_replayed)))
-    f.step("refused subs leave nothing behind, Redis bus", lambda: asyncio.run(on_bus(args, refused_subs_leave_nothing)))
     f.step("the open-files limit raised at start", open_files_limit, args)
     f.done()
 
