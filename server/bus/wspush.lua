@@ -102,22 +102,32 @@ local function publish(keys, args)
   return full
 end
 
--- FCALL wspush_replay 0 <topic> <since id>
+-- FCALL wspush_replay 0 <topic> <since id> [mark]
 --   -> { lost (0|1), id1, data1, id2, data2, ... }: the entries after <since>, oldest first.
 -- lost: the stream is gone, <since> is of another epoch or malformed or was never issued, or
 -- entries after it were trimmed away or are older than the age limit (not returned).
+-- With `mark` (a node catching up after an outage), <since> need not be an id the stream
+-- issued: it is a moment up to which the node has seen every event of the topic (a mark, see
+-- wspush_mark, or its last event). Then a stream with nothing after it, or no stream at all
+-- while one written after it would still be there (it lives 2 * ttl past its last write), is
+-- not lost: nothing was published since.
 local function replay(keys, args)
-  local topic, since = args[1], args[2]
+  local topic, since, mark = args[1], args[2], args[3] == 'mark'
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
   local _, ttl = config()
   local e = redis.call('GET', 'wspush:epoch') or ''
   local stream = 'wspush:stream:' .. topic
-  local min_ms = ttl > 0 and now_ms() - ttl or 0
+  local now = now_ms()
+  local min_ms = ttl > 0 and now - ttl or 0
   local out = {0}
   local se, sid = string.match(since or '', '^([0-9a-z]+):(%d+%-%d+)$')
   local start = '-'
-  if se ~= e or redis.call('EXISTS', stream) == 0 then
+  -- Whether a stream written after <since> would have expired by now (mark only).
+  local could_expire = sid and ttl > 0 and now >= tonumber(string.match(sid, '^(%d+)')) + 2 * ttl
+  if se ~= e then
     out[1] = 1
+  elseif redis.call('EXISTS', stream) == 0 then
+    if not mark or could_expire then out[1] = 1 end
   else
     -- An id this stream issued and still holds is >= its first entry: trimming (MAXLEN at
     -- publish, MINID for the age limit, or an operator's XTRIM) removes the oldest entries
@@ -135,12 +145,21 @@ local function replay(keys, args)
     for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
     local last, first = f['last-generated-id'], f['recorded-first-entry-id'] or '0-0'
     local deleted = f['max-deleted-entry-id'] or '0-0'
-    if id_less(last, sid) or id_less(sid, deleted) then
+    if id_less(last, sid) then
+      -- Never issued, so nothing after it (and '(' of the largest id is an error); a mark
+      -- later than the last event is no loss.
+      if not mark then out[1] = 1 end
+      return out
+    elseif id_less(sid, deleted) then
       out[1] = 1
     elseif tonumber(f['length'] or 0) == 0 then
       if id_less(sid, last) then out[1] = 1 end
     elseif id_less(sid, first) then
-      out[1] = 1
+      -- A mark before this life's first entry: lost if this life trimmed any entry, or an
+      -- earlier life may have written after the mark (it expired since).
+      if not mark or tonumber(f['entries-added'] or 0) > tonumber(f['length'] or 0) or could_expire then
+        out[1] = 1
+      end
     end
     start = '(' .. sid
   end
@@ -166,4 +185,18 @@ end
 
 redis.register_function{function_name = 'wspush_publish', callback = publish, flags = {'no-cluster'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-cluster', 'no-writes'}}
+-- FCALL wspush_mark 0 <channel> -> 1, and publishes "mark <epoch> <ms>" (the TIME it ran) on
+-- <channel>, a node's own: when the node hears it on its subscriber connection, every publish
+-- made before that moment on a topic it was subscribed to has reached it (Redis delivers in the
+-- order it runs commands). After an outage it catches up from there.
+local function mark(keys, args)
+  local channel = args[1]
+  if type(channel) ~= 'string' or string.sub(channel, 1, 12) ~= 'wspush:node:' then
+    return redis.error_reply('ERR wspush: bad channel')
+  end
+  redis.call('PUBLISH', channel, 'mark ' .. epoch() .. ' ' .. now_ms())
+  return 1
+end
+
+redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'no-cluster'}}
 redis.register_function{function_name = 'wspush_epoch', callback = function() return epoch() end, flags = {'no-cluster'}}
