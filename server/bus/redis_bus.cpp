@@ -47,6 +47,9 @@ bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexce
   return parse_number(rest.substr(0, dash), ms) && parse_number(rest.substr(dash + 1), seq);
 }
 
+/// A sub's number is the shard's own: with the shard it names one sub of the node.
+std::uint64_t request_key(std::uint32_t shard, std::uint64_t request) noexcept { return request << 10 ^ shard; }
+
 struct id_key {
   std::uint64_t ms = 0, seq = 0;
   bool operator>(const id_key& o) const noexcept { return ms != o.ms ? ms > o.ms : seq > o.seq; }
@@ -302,6 +305,7 @@ void redis_bus::on_turn() noexcept {
     while (!b.empty() && _ports[k]->offer(std::move(b.front()), false)) b.pop_front();
   }
   for (pubsub::event_port* p : _ports) p->wake();
+  _n.pending.set(_pending.size());
 }
 
 void redis_bus::on_tick(std::uint32_t tick) noexcept {
@@ -355,6 +359,11 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
   pending& p = _pending[pid];
   p.kind = pending::sub;
   p.pid = pid;
+  try {
+    _pid_of_request[request_key(s->shard, s->request)] = pid;
+  } catch (...) {
+    // Out of memory: a withdraw will not find it; it goes when Redis has answered.
+  }
   p.parts.resize(s->topics.size());
   for (std::size_t k = 0; k < s->topics.size(); ++k) {
     topic_state& ts = _topics[s->topics[k]];
@@ -493,9 +502,16 @@ void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
   auto it = _pending.find(pid);
   if (it == _pending.end()) return;
   pending& p = it->second;
-  if (p.failed || p.replies_left > 0 || !p.marker_seen) return;
+  if (p.replies_left > 0 || !p.marker_seen) return;
   finish(pid, p);
-  _pending.erase(pid);
+  forget(it);
+}
+
+/// The pending leaves both maps (its frames go with it).
+void redis_bus::forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept {
+  if (it->second.kind == pending::sub && it->second.s)
+    _pid_of_request.erase(request_key(it->second.s->shard, it->second.s->request));
+  _pending.erase(it);
 }
 
 void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
@@ -588,14 +604,14 @@ void redis_bus::drop_pending(std::uint64_t pid) noexcept {
   auto it = _pending.find(pid);
   if (it == _pending.end()) return;
   fail_pending(it->second);
-  _pending.erase(it);
+  forget(it);
 }
 
 /// The connection of a sub under way closed: its pending goes now (the shard hears sub_failed
 /// and drops the holds it took for it), not when Redis has answered.
 void redis_bus::handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept {
-  for (auto& [pid, p] : _pending)
-    if (p.kind == pending::sub && p.s && p.s->shard == shard && p.s->request == request) return drop_pending(pid);
+  auto it = _pid_of_request.find(request_key(shard, request));
+  if (it != _pid_of_request.end()) drop_pending(it->second);
 }
 
 // ---- publishes ------------------------------------------------------------------------------
@@ -919,14 +935,9 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   if (gone != &_cmd) _cmd.abort();
   // Every sub under way fails (the shards answer `unavailable`); held topics are subscribed
   // again on the next connection.
-  std::vector<std::uint64_t> pids;
-  for (auto& [pid, p] : _pending) pids.push_back(pid);
-  for (std::uint64_t pid : pids) {
-    auto it = _pending.find(pid);
-    if (it == _pending.end()) continue;
-    fail_pending(it->second);
-    _pending.erase(it);
-  }
+  for (auto& [pid, p] : _pending) fail_pending(p);  // answers go through the shards' inboxes
+  _pending.clear();
+  _pid_of_request.clear();
   for (auto it = _topics.begin(); it != _topics.end();) {
     topic_state& ts = it->second;
     if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) _n.topics.sub();

@@ -74,6 +74,7 @@ struct redis_bus_counters {
   relaxed_counter dropped;         ///< events a shard's inbox refused
   relaxed_counter catchup_events;  ///< events replayed to subscribers that stayed through an outage
   relaxed_counter topics;          ///< gauge: channels subscribed
+  relaxed_counter pending;         ///< gauge: subs and catch-ups under way (waiting for Redis)
 };
 
 /// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:
@@ -161,6 +162,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
   void drop_pending(std::uint64_t pid) noexcept;
+  void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
   void pub_failed(std::uint32_t shard, conn_id conn, std::string topic) noexcept;
@@ -202,6 +204,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool _ever_up = false;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;
+  std::unordered_map<std::uint64_t, std::uint64_t> _pid_of_request;  // a sub's request_key -> its pending
   std::uint64_t _next_pid = 1;
   std::vector<std::string> _to_subscribe, _to_unsubscribe;
   std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
