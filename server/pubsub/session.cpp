@@ -331,12 +331,22 @@ void session::bus_sub(conn_id c) noexcept {
   s->conn = c;
   s->request = request;
   w.conn = c;
-  std::vector<std::string> counted = w.counted;
-  _waiting_subs.emplace(request, std::move(w));
-  if (!_bus->subscribe(std::move(s))) {  // the bus is down: nothing was taken, no hold either
-    _waiting_subs.erase(request);
+  auto refuse = [&](std::vector<std::string>& counted) {
     for (const std::string& t : counted) stop_waiting_for(t);
-    return client_error(c, proto::client_error::unavailable, topics.front());
+    client_error(c, proto::client_error::unavailable, topics.front());
+  };
+  decltype(_waiting_subs)::iterator at;
+  try {
+    // Room first: then only the node's allocation can throw, before `w` is moved.
+    _waiting_subs.reserve(_waiting_subs.size() + 1);
+    at = _waiting_subs.emplace(request, std::move(w)).first;
+  } catch (const std::bad_alloc&) {
+    return refuse(w.counted);
+  }
+  if (!_bus->subscribe(std::move(s))) {  // the bus is down: nothing was taken, no hold either
+    refuse(at->second.counted);
+    _waiting_subs.erase(at);
+    return;
   }
   _ops->hold(c);
 }
