@@ -275,6 +275,17 @@ def metric(server: "ServerProcess", name: str) -> float:
     return scrape_metrics(admin_port(server)).get(name, 0)
 
 
+def poll_until(cond, seconds: float, interval: float = 0.05) -> bool:
+    """Whether `cond()` came true within `seconds` (for a state with no event to await, such as
+    a gauge going back to 0); the deadline only stops a hang."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
 def scrape_metrics(port: int) -> dict:
     """GET /metrics, parsed strictly enough for the tests: every line a comment or a sample.
     Keys are the series as written (`name{labels}`)."""
