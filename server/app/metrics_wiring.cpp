@@ -94,6 +94,9 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
   bus::redis_bus* p = &b;
   m.add_gauge_fn("wspush_bus_up", [p] { return p->up() ? 1.0 : 0.0; });
   m.add_gauge_fn("wspush_bus_topics", [p] { return double(p->counters().topics.get()); });
+  m.add_gauge_fn("wspush_bus_held_subs", [p] { return double(p->counters().held.get()); });
+  m.add_counter_fn("wspush_bus_lost_notices_total", [p] { return double(p->counters().lost_notices.get()); });
+  m.add_counter_fn("wspush_bus_marks_total", [p] { return double(p->counters().marks.get()); });
   m.add_gauge_fn("wspush_bus_pending", [p] { return double(p->counters().pending.get()); });
   m.add_gauge_fn("wspush_bus_waiting_topics", pubsub_sum(shards, &pubsub::pubsub_counters::waiting_topics));
   m.add_counter_fn("wspush_bus_events_total", [p] { return double(p->counters().events_in.get()); });

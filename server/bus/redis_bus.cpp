@@ -25,6 +25,10 @@ constexpr std::size_t channels_per_command = 1000;
 constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
 constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
+constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
+constexpr std::uint32_t held_sub_ticks = 200;         // a sub waits 10 s for Redis to come back
+constexpr std::uint32_t max_held_subs = 1 << 16;      // subs waiting for Redis, node-wide
+constexpr std::string_view lost_head = R"({"op":"lost","topics":[")", lost_tail = R"("]})";
 
 /// Decimal digits only, within 64-bit unsigned range (what Redis reads in a stream id).
 bool parse_number(std::string_view s, std::uint64_t& v) noexcept {
@@ -54,6 +58,12 @@ struct id_key {
   std::uint64_t ms = 0, seq = 0;
   bool operator>(const id_key& o) const noexcept { return ms != o.ms ? ms > o.ms : seq > o.seq; }
 };
+
+/// Both ids are of the same epoch (the same life of Redis's data); false when one is empty.
+bool same_epoch(std::string_view a, std::string_view b) noexcept {
+  const auto ca = a.find(':'), cb = b.find(':');
+  return ca != std::string_view::npos && ca == cb && a.substr(0, ca) == b.substr(0, cb);
+}
 
 id_key key_of(std::string_view id) noexcept {
   id_key k;
@@ -123,7 +133,9 @@ struct redis_bus::op {
 struct redis_bus::topic_state {
   std::uint16_t holders = 0;
   enum state_t : std::uint8_t { idle, subscribing, active, unsubscribing } state = idle;
-  bool needs_catchup = false;       // resubscribed after an outage: replay what was missed
+  bool needs_catchup = false;       // subscribed before an outage: replay what was missed
+  bool floored = false;             // confirmed before the last mark: the mark is a floor
+  std::uint64_t last_at = 0;        // when last_id was set (bus::_order)
   std::uint64_t catchup = 0;        // the catch-up under way (its live events are kept aside)
   std::vector<std::uint64_t> waiting;    // subs waiting for the confirmation
   std::vector<std::uint64_t> replaying;  // subs keeping live events aside
@@ -136,8 +148,12 @@ struct redis_bus::pending {
   std::unique_ptr<pubsub::bus_sub> s;
   std::uint32_t unconfirmed = 0, replies_left = 0;
   bool marker_seen = false, failed = false;
+  bool held = false;           // waits for Redis to come back (bus::_held_subs)
+  std::uint32_t deadline = 0;  // held: the tick it is refused at
+  bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
   struct part {
     std::string topic, since;
+    std::string last_id;  // the newest id replayed
     bool lost = false, replaying = false, overflow = false;
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
@@ -192,7 +208,8 @@ std::uint64_t redis_bus::on_drain_begin() noexcept {
 // ---- requests from other threads ------------------------------------------------------------
 
 bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
-  if (!up()) return false;
+  // While Redis is away a sub waits for it (bounded); past the bound it is refused at once.
+  if (!up() && _held.load(std::memory_order_relaxed) >= max_held_subs) return false;
   try {
     std::lock_guard lock(_req_m);
     _requests.push_back(request{request::sub, s->shard, s->conn, {}, {}, std::move(s), {}});
@@ -311,6 +328,39 @@ void redis_bus::on_turn() noexcept {
 void redis_bus::on_tick(std::uint32_t tick) noexcept {
   _tick = tick;
   if (!_up.load(std::memory_order_relaxed) && _sub.idle() && _cmd.idle() && tick >= _retry_at) connect_links();
+  expire_held();
+  if (_up.load(std::memory_order_relaxed) && !_mark_in_flight &&
+      (std::int32_t(tick - _next_mark_tick) >= 0 || !_unfloored.empty()))
+    send_mark();
+}
+
+void redis_bus::send_mark() noexcept {
+  auto* o = new (std::nothrow) op{op::other};
+  if (!o || !command({"FCALL", "wspush_mark", "0", _node_channel}, o)) return;
+  _mark_in_flight = true;
+  _next_mark_tick = _tick + mark_every_ticks;
+}
+
+/// "mark <epoch> <ms>" on this node's channel: every publish made before <ms> on a topic that
+/// was subscribed before it has arrived. The topics confirmed since the last one now have it
+/// as their floor.
+void redis_bus::mark_arrived(std::string_view payload) noexcept {
+  _mark_in_flight = false;
+  const auto space = payload.find(' ', 5);
+  std::uint64_t ms = 0;
+  if (space == std::string_view::npos || !parse_number(payload.substr(space + 1), ms) || ms == 0) {
+    _n.malformed.add();
+    return;
+  }
+  _n.marks.add();
+  _mark_epoch.assign(payload.substr(5, space - 5));
+  _mark_ms = ms;
+  _mark_at = ++_order;
+  for (const std::string& t : _unfloored) {
+    auto it = _topics.find(t);
+    if (it != _topics.end() && it->second.state == topic_state::active) it->second.floored = true;
+  }
+  _unfloored.clear();
 }
 
 void redis_bus::on_ready(std::uint64_t key, bool r, bool w) noexcept {
@@ -370,19 +420,75 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
     if (s->new_hold[k]) ++ts.holders;  // a hold is always taken: the shard releases it later
     p.parts[k].topic = s->topics[k];
     p.parts[k].since = s->since[k];
-    if (!_up.load(std::memory_order_relaxed)) continue;
+  }
+  p.s = std::move(s);
+  if (!_up.load(std::memory_order_relaxed)) return park(pid);
+  enlist(pid);
+}
+
+/// Waits for each of the sub's topics to be subscribed in Redis (subscribing those not yet),
+/// then goes on (advance).
+void redis_bus::enlist(std::uint64_t pid) noexcept {
+  pending& p = _pending.at(pid);
+  for (auto& part : p.parts) {
+    topic_state& ts = _topics[part.topic];
     if (ts.state == topic_state::idle) {
       ts.state = topic_state::subscribing;
-      _to_subscribe.push_back(s->topics[k]);
+      _to_subscribe.push_back(part.topic);
     }
     if (ts.state != topic_state::active) {
       ts.waiting.push_back(pid);
       ++p.unconfirmed;
     }
   }
-  p.s = std::move(s);
-  if (!_up.load(std::memory_order_relaxed)) return drop_pending(pid);
   if (p.unconfirmed == 0) advance(pid);
+}
+
+/// Redis is away: the sub waits for it (its topics stay held), until held_sub_wait ends.
+void redis_bus::park(std::uint64_t pid) noexcept {
+  pending& p = _pending.at(pid);
+  try {
+    _held_subs.push_back(pid);
+  } catch (...) {
+    return drop_pending(pid);
+  }
+  p.held = true;
+  p.deadline = _tick + held_sub_ticks;
+  _held.fetch_add(1, std::memory_order_relaxed);
+  _n.held.add();
+}
+
+/// Redis is back: every sub that waited goes on, in order, each under a new number (a marker
+/// of its earlier attempt, late from the old connection, must not count for the new one).
+void redis_bus::unpark_all() noexcept {
+  std::deque<std::uint64_t> held;
+  held.swap(_held_subs);
+  for (std::uint64_t pid : held) {
+    auto it = _pending.find(pid);
+    if (it == _pending.end() || !it->second.held) continue;
+    const std::uint64_t now = _next_pid++;
+    auto node = _pending.extract(it);
+    node.key() = now;
+    pending& p = node.mapped();
+    p.pid = now;
+    p.held = false;
+    _held.fetch_sub(1, std::memory_order_relaxed);
+    _n.held.sub();
+    if (p.s) _pid_of_request[request_key(p.s->shard, p.s->request)] = now;
+    _pending.insert(std::move(node));
+    enlist(now);
+  }
+}
+
+/// Subs that waited held_sub_wait for Redis in vain: `unavailable`.
+void redis_bus::expire_held() noexcept {
+  while (!_held_subs.empty()) {
+    auto it = _pending.find(_held_subs.front());
+    if (it != _pending.end() && it->second.held && std::int32_t(_tick - it->second.deadline) < 0) return;
+    const std::uint64_t pid = _held_subs.front();
+    _held_subs.pop_front();
+    if (it != _pending.end() && it->second.held) drop_pending(pid);
+  }
 }
 
 void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept {
@@ -437,6 +543,12 @@ void redis_bus::confirmed(const std::string& topic) noexcept {
   if (ts.state != topic_state::subscribing) return;
   ts.state = topic_state::active;
   _n.topics.add();
+  if (!ts.floored) {
+    try {
+      _unfloored.push_back(topic);  // the next mark heard is its floor
+    } catch (...) {
+    }
+  }
   std::vector<std::uint64_t> waiting;
   waiting.swap(ts.waiting);
   for (std::uint64_t pid : waiting) {
@@ -488,7 +600,9 @@ void redis_bus::start_replay(std::uint64_t pid) noexcept {
     if (part.since.empty()) continue;
     part.last = key_of(part.since);
     auto* o = new (std::nothrow) op{op::replay, pid, k};
-    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o)) return drop_pending(pid);
+    const bool sent = o && (p.mark_mode ? command({"FCALL", "wspush_replay", "0", part.topic, part.since, "mark"}, o)
+                                        : command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o));
+    if (!sent) return drop_pending(pid);
     ++p.replies_left;
     part.replaying = true;
     if (p.kind == pending::sub) _topics[part.topic].replaying.push_back(pid);
@@ -509,6 +623,10 @@ void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
 
 /// The pending leaves both maps (its frames go with it).
 void redis_bus::forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept {
+  if (it->second.held) {  // its place in _held_subs is skipped when it comes up
+    _held.fetch_sub(1, std::memory_order_relaxed);
+    _n.held.sub();
+  }
   if (it->second.kind == pending::sub && it->second.s)
     _pid_of_request.erase(request_key(it->second.s->shard, it->second.s->request));
   _pending.erase(it);
@@ -529,15 +647,23 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
     if (p.kind == pending::catchup) {
       // To the subscribers that stayed: the replay, then what came live behind it (held back
       // meanwhile), newer than its last entry.
-      if (part.lost)
-        log_ratelimited(log_level::warn, "bus: the stream of %.*s no longer reaches back to the last event seen before "
-                        "the outage (Redis lost its data, or trimmed it meanwhile): its subscribers may have missed events",
+      if (part.lost) {
+        log_ratelimited(log_level::warn, "bus: the stream of %.*s no longer reaches back to what this node saw before "
+                        "the outage (Redis lost its data, or trimmed it meanwhile): its subscribers are told it is lost",
                         int(part.topic.size()), part.topic.data());
+        announce_lost(part.topic);
+      }
       for (auto& f : part.entries) offer_all(f, part.topic);
       _n.catchup_events.add(part.entries.size());
       for (auto& [k, f] : part.live)
         if (k > part.last) offer_all(f, part.topic);
       if (t != _topics.end()) {
+        // The newest event handed on: a live one held back (live() noted it), or the replay's.
+        if (!part.last_id.empty() && (!same_epoch(part.last_id, t->second.last_id) ||
+                                      key_of(part.last_id) > key_of(t->second.last_id))) {
+          t->second.last_id = part.last_id;
+          t->second.last_at = ++_order;
+        }
         t->second.catchup = 0;
         if (t->second.holders == 0 && t->second.state == topic_state::active) {
           t->second.state = topic_state::unsubscribing;
@@ -580,7 +706,10 @@ void redis_bus::pub_failed(std::uint32_t shard, conn_id conn, std::string topic)
   offer(shard, std::move(e));
 }
 
-/// The sub cannot be answered (the bus went down): the shard hears sub_failed.
+/// The sub cannot be answered (Redis refused its replay, or memory ran out): the shard hears
+/// sub_failed. A catch-up that fails so tells the topic's subscribers it is lost (the live
+/// events it held back go with it). Not for an outage: went_down holds subs and redoes
+/// catch-ups.
 void redis_bus::fail_pending(pending& p) noexcept {
   if (p.failed) return;
   p.failed = true;
@@ -589,7 +718,14 @@ void redis_bus::fail_pending(pending& p) noexcept {
     if (t == _topics.end()) continue;
     // Only this one's place: other subs of the topic wait and keep events aside as before.
     for (auto* v : {&t->second.waiting, &t->second.replaying}) v->erase(std::remove(v->begin(), v->end(), p.pid), v->end());
-    if (p.kind == pending::catchup && t->second.catchup == p.pid) t->second.catchup = 0;
+    if (p.kind == pending::catchup && t->second.catchup == p.pid) {
+      t->second.catchup = 0;
+      announce_lost(part.topic);
+      if (t->second.holders == 0 && t->second.state == topic_state::active) {
+        t->second.state = topic_state::unsubscribing;  // released meanwhile (finish() would have)
+        _to_unsubscribe.push_back(part.topic);
+      }
+    }
     part.entries.clear();
     part.live.clear();
   }
@@ -648,6 +784,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       if (r == nullptr) return;
       if (error) return setup_refused(str(r));
       if (o->kind == op::setup) return;
+      _epoch.assign(str(r));
       _cmd_ready = true;
       return ready_check();
     case op::admin_pub:
@@ -661,6 +798,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       }
       break;
     case op::replay: {
+      if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
       auto it = _pending.find(o->pid);
       if (it == _pending.end()) return;
       pending& p = it->second;
@@ -684,6 +822,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
         if (!f) return drop_pending(o->pid);
         part.entries.push_back(std::move(f));
         part.last = id_key{ms, seq};
+        part.last_id.assign(id);
       }
       --p.replies_left;
       return maybe_finish(o->pid);
@@ -703,7 +842,7 @@ void redis_bus::on_sub_message(void* raw) noexcept {
   const std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
   if (kind == "message") {
     const std::string_view payload = str(r->element[2]);
-    if (channel == _node_channel) return marker(payload);
+    if (channel == _node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(payload) : marker(payload);
     if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
     return live(channel.substr(topic_prefix.size()), payload);
   }
@@ -771,6 +910,7 @@ void redis_bus::live(std::string_view topic, std::string_view payload) noexcept 
   if (it != _topics.end()) {
     topic_state& ts = it->second;
     ts.last_id.assign(id);
+    ts.last_at = ++_order;
     for (std::uint64_t pid : ts.replaying) {
       auto p = _pending.find(pid);
       if (p == _pending.end()) continue;
@@ -803,11 +943,16 @@ pool::frame_ref redis_bus::frame_event(std::string_view topic, std::string_view 
 }
 
 void redis_bus::offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept {
-  // The event's topic must live as long as its frame: point into the frame's own bytes.
+  offer_at(frame, proto::event_topic_offset, topic.size());
+}
+
+/// Offers a frame to every shard as a message of the topic found `topic_offset` bytes into its
+/// payload (the event's topic must live as long as its frame: it points into the frame's bytes).
+void redis_bus::offer_at(const pool::frame_ref& frame, std::size_t topic_offset, std::size_t topic_size) noexcept {
   auto b = frame.bytes();
   const std::uint8_t len7 = b.size() >= 2 ? (b[1] & 0x7f) : 0;
   const std::size_t header = len7 == 126 ? 4 : len7 == 127 ? 10 : 2;
-  std::string_view in_frame(reinterpret_cast<const char*>(b.data()) + header + proto::event_topic_offset, topic.size());
+  std::string_view in_frame(reinterpret_cast<const char*>(b.data()) + header + topic_offset, topic_size);
   for (std::uint32_t k = 0; k < _ports.size(); ++k) offer(k, pubsub::event{frame, in_frame, 0, pubsub::no_part, {}});
 }
 
@@ -852,25 +997,64 @@ void redis_bus::ready_check() noexcept {
     held += ts.holders > 0;
     if (ts.state == topic_state::active && ts.needs_catchup) start_catchup(t);
   }
+  unpark_all();
   if (_ever_up) _n.reconnects.add();
   log(log_level::info, "bus: %s to %s (%zu topics subscribed)", _ever_up ? "reconnected" : "connected",
       _o.target.describe().c_str(), held);
   _ever_up = true;
 }
 
+/// What the subscribers that stayed through an outage missed: from the later of the last mark
+/// (when the topic was subscribed before it) and its last event. With neither, the node cannot
+/// know: they hear the topic is lost.
 void redis_bus::start_catchup(const std::string& topic) noexcept {
   topic_state& ts = _topics.at(topic);
   ts.needs_catchup = false;
-  if (ts.last_id.empty() || ts.catchup) return;
+  if (ts.catchup) return;
+  std::string since;
+  bool mark_mode = false;
+  if (ts.floored && !_mark_epoch.empty()) {
+    mark_mode = true;
+    // The mark's millisecond may hold events published before it: they arrived, and the
+    // topic's last event covers them; so the floor is the end of the millisecond before.
+    since = _mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615";
+    if (!ts.last_id.empty() &&
+        (same_epoch(ts.last_id, since) ? key_of(ts.last_id) > key_of(since) : ts.last_at > _mark_at))
+      since = ts.last_id;
+  } else if (!ts.last_id.empty()) {
+    since = ts.last_id;
+  } else {
+    return announce_lost(topic);
+  }
   const std::uint64_t pid = _next_pid++;
   pending& c = _pending[pid];
   c.kind = pending::catchup;
   c.pid = pid;
+  c.mark_mode = mark_mode;
   c.parts.resize(1);
   c.parts[0].topic = topic;
-  c.parts[0].since = ts.last_id;
+  c.parts[0].since = std::move(since);
   ts.catchup = pid;
   start_replay(pid);
+}
+
+/// Tells every subscriber of `topic` on this node that events of it may have been missed:
+/// {"op":"lost","topics":["<topic>"]}, in order with its events.
+void redis_bus::announce_lost(const std::string& topic) noexcept {
+  const std::size_t n = lost_head.size() + topic.size() + lost_tail.size();
+  constexpr std::size_t room = proto::max_server_header_size;
+  pool::lease l = _buffers.acquire(room + n);
+  if (!l) {
+    _n.dropped.add();
+    return;
+  }
+  char* out = reinterpret_cast<char*>(l.data()) + room;
+  std::memcpy(out, lost_head.data(), lost_head.size());
+  std::memcpy(out + lost_head.size(), topic.data(), topic.size());  // a valid topic needs no escaping
+  std::memcpy(out + lost_head.size() + topic.size(), lost_tail.data(), lost_tail.size());
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
+  _n.lost_notices.add();
+  offer_at(pool::frame_ref::adopt(std::move(l)), lost_head.size(), topic.size());
 }
 
 /// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
@@ -898,7 +1082,6 @@ void redis_bus::setup_subscriber_link() noexcept {
   for (auto& [topic, ts] : _topics) {
     if (ts.holders == 0) continue;
     ts.state = topic_state::subscribing;
-    ts.needs_catchup = !ts.last_id.empty();
     _to_subscribe.push_back(topic);
   }
   send_batches();
@@ -935,12 +1118,41 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   if (gone != &_cmd) _cmd.abort();
   // Every sub under way fails (the shards answer `unavailable`); held topics are subscribed
   // again on the next connection.
-  for (auto& [pid, p] : _pending) fail_pending(p);  // answers go through the shards' inboxes
-  _pending.clear();
-  _pid_of_request.clear();
+  // Subs under way wait for Redis to come back, from the start; catch-ups are done again then,
+  // from where they started (the live events they held back were not handed on).
+  std::vector<std::uint64_t> catchups, subs;
+  for (auto& [pid, p] : _pending) {
+    if (p.kind == pending::catchup) {
+      catchups.push_back(pid);
+      auto t = _topics.find(p.parts[0].topic);
+      if (t != _topics.end()) {
+        t->second.last_id = p.parts[0].since;
+        if (p.mark_mode) t->second.last_at = 0;  // a floor, not an event: the mark decides again
+      }
+      continue;
+    }
+    if (p.held) continue;
+    p.unconfirmed = p.replies_left = 0;
+    p.marker_seen = false;
+    for (auto& part : p.parts) {
+      part.lost = part.replaying = part.overflow = false;
+      part.last = {};
+      part.last_id.clear();
+      part.entries.clear();
+      part.live.clear();
+    }
+    subs.push_back(pid);
+  }
+  for (std::uint64_t pid : catchups) forget(_pending.find(pid));
+  for (std::uint64_t pid : subs) park(pid);
+  _mark_in_flight = false;
+  _unfloored.clear();
   for (auto it = _topics.begin(); it != _topics.end();) {
     topic_state& ts = it->second;
-    if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) _n.topics.sub();
+    if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) {
+      _n.topics.sub();
+      ts.needs_catchup = ts.holders > 0;  // its subscribers stayed: what they miss is caught up
+    }
     ts.state = topic_state::idle;
     ts.waiting.clear();
     ts.replaying.clear();

@@ -27,11 +27,21 @@
 //      ahead of every later one. The shard adds the connection to its registry when it takes
 //      the answer, so each event reaches the connection exactly once.
 //
-// When Redis goes away: the bus says down (the admin API answers 503 and /readyz 503, subs
-// and pubs are refused with `unavailable`), client connections stay, and it reconnects with
-// backoff, loads the functions again and resubscribes every held topic; then, for each topic
-// with a known last event, it replays what was published meanwhile (if the stream still holds
-// it) to the subscribers that stayed, so they miss nothing Redis kept.
+// When Redis goes away: the bus says down (the admin API answers 503 and /readyz 503, pubs are
+// refused with `unavailable`), client connections stay, and it reconnects with backoff, loads
+// the functions again and resubscribes every held topic. A `sub` made or under way meanwhile
+// waits (at most max_held_subs of them, each at most held_sub_wait): it is subscribed and
+// answered once Redis is back, `unavailable` only when the wait runs out.
+//
+// No silent gap: every topic that was subscribed before the outage is caught up, or announced
+// lost, to the subscribers that stayed. Once a second (and after new subscriptions) the node
+// runs wspush_mark, which publishes Redis's TIME on the node's own channel: when it arrives,
+// every event published before that moment on a topic subscribed before it has arrived too.
+// After a reconnect each such topic replays from the later of that mark and its last event
+// (wspush_replay in mark mode); a topic subscribed after the last mark replays from its last
+// event, and one with neither (subscribed within a second of the outage, no event since) is
+// announced lost. What the replay cannot cover (trimmed, expired, Redis restarted empty: a new
+// epoch) is announced to those subscribers as {"op":"lost","topics":[...]} before the rest.
 
 #include <atomic>
 #include <chrono>
@@ -75,6 +85,9 @@ struct redis_bus_counters {
   relaxed_counter catchup_events;  ///< events replayed to subscribers that stayed through an outage
   relaxed_counter topics;          ///< gauge: channels subscribed
   relaxed_counter pending;         ///< gauge: subs and catch-ups under way (waiting for Redis)
+  relaxed_counter held;            ///< gauge: subs waiting for Redis to come back
+  relaxed_counter lost_notices;    ///< topics announced lost to their subscribers after an outage
+  relaxed_counter marks;           ///< marks heard back on the subscriber connection (wspush_mark)
 };
 
 /// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:
@@ -162,6 +175,13 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
   void drop_pending(std::uint64_t pid) noexcept;
+  void enlist(std::uint64_t pid) noexcept;
+  void park(std::uint64_t pid) noexcept;
+  void unpark_all() noexcept;
+  void expire_held() noexcept;
+  void send_mark() noexcept;
+  void mark_arrived(std::string_view payload) noexcept;
+  void announce_lost(const std::string& topic) noexcept;
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
@@ -179,6 +199,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
   void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;
+  void offer_at(const pool::frame_ref& frame, std::size_t topic_offset, std::size_t topic_size) noexcept;
   pool::frame_ref frame_event(std::string_view topic, std::string_view id, std::string_view data) noexcept;
   bool valid_data(std::string_view data) noexcept;
 
@@ -205,6 +226,15 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;
   std::unordered_map<std::uint64_t, std::uint64_t> _pid_of_request;  // a sub's request_key -> its pending
+  std::deque<std::uint64_t> _held_subs;   // subs waiting for Redis to come back, oldest first
+  std::atomic<std::uint32_t> _held{0};    // how many (any thread reads it: the bound)
+  std::string _epoch;                     // Redis's epoch (wspush_epoch), as of the last set-up
+  std::string _mark_epoch;                // the last mark heard (wspush_mark): its epoch, its
+  std::uint64_t _mark_ms = 0, _mark_at = 0;  // TIME, when it came (in _order)
+  std::uint64_t _order = 0;               // counts marks and last events, to tell which came later
+  bool _mark_in_flight = false;
+  std::uint32_t _next_mark_tick = 0;
+  std::vector<std::string> _unfloored;    // topics confirmed since the last mark was heard
   std::uint64_t _next_pid = 1;
   std::vector<std::string> _to_subscribe, _to_unsubscribe;
   std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
