@@ -46,7 +46,7 @@ from wsp_nginx import nginx_prefix  # noqa: E402
 from wsp_ports import reserve_port  # noqa: E402
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
-                         check, metric, publish, publish_ok, recv_json, run_main, scaled,
+                         check, metric, poll_until, publish, publish_ok, recv_json, run_main, scaled,
                          subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -348,17 +348,24 @@ async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> 
     check(metric(a, "wspush_bus_up") == 0, "wspush_bus_up still 1 with Redis gone")
     status, body = publish(a, "restart", 99)
     check(status == 503, f"a publish with Redis gone answered {status} {body}")
+    # A sub made meanwhile waits for Redis (held, not refused), and is answered once it is back.
     w2 = await connect(a)
     await w2.send(json.dumps({"op": "sub", "topics": ["other"]}))
-    e = await recv_json(w2)
-    check(e == {"op": "error", "code": "unavailable", "topic": "other"}, f"a sub with Redis gone: {e}")
-    await w2.close()
+    check(poll_until(lambda: metric(a, "wspush_bus_held_subs") == 1, scaled(10)),
+          f"a sub with Redis gone is not held: wspush_bus_held_subs {metric(a, 'wspush_bus_held_subs')}")
     pong = await wa.ping()
     await asyncio.wait_for(pong, scaled(5))  # the connection stayed
     rs.start()
     wait_ready(a, True)
     wait_ready(b, True)
     check(metric(a, "wspush_bus_reconnects_total") >= 1, "no reconnect counted")
+    e = await recv_json(w2, 20)
+    check(e == {"op": "subbed", "topics": ["other"], "lost": []}, f"a sub held while Redis was gone: {e}")
+    check(metric(a, "wspush_bus_held_subs") == 0, "a sub answered is still counted held")
+    eid = publish_ok(b, "other", 5)
+    e = await recv_json(w2)
+    check(e == {"topic": "other", "id": eid, "data": 5}, f"the sub held through the restart got {e}")
+    await w2.close()
     publish_ok(b, "restart", 4)
     e = await recv_json(wa)
     check(e.get("data") == 4, f"after the restart the subscriber got {e}")
@@ -382,16 +389,22 @@ async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess
     """Redis cuts the nodes off and turns them away (their user, `default`, is switched off: a
     reconnect is answered NOAUTH) while a backend, as another user, publishes 2 and 3. Both are
     acknowledged before the nodes can be back, so node A's subscriber can only get them from the
-    catch-up: replayed from the stream, each once, in order, and counted."""
+    catch-up: replayed from the stream, each once, in order, and counted. The same for the first
+    event ever of a topic (no event of it seen before the cut: caught up from the last mark)."""
     caught = "wspush_bus_catchup_events_total"
     rs.command("ACL", "SETUSER", "backend", "on", ">backend-pw", "~*", "&*", "+@all")
     r = redis.Redis(host="127.0.0.1", port=rs.port, username="backend", password="backend-pw",
                     decode_responses=True)
     reconnects = {s: metric(s, "wspush_bus_reconnects_total") for s in (a, b)}
     caught0 = metric(a, caught)
+    lost0 = metric(a, "wspush_bus_lost_notices_total")
     wa = await connect(a)
     try:
-        await subscribe(wa, ["cut"])
+        marks = metric(a, "wspush_bus_marks_total")
+        await subscribe(wa, ["cut", "cut-first"])
+        # A mark heard after the subscription: the node knows it has seen every event of
+        # "cut-first" up to that moment (none), and catches it up from there after the cut.
+        check(poll_until(lambda: metric(a, "wspush_bus_marks_total") > marks, scaled(10)), "no mark heard")
         r.fcall("wspush_publish", 0, "cut", "1")
         check((await recv_json(wa)).get("data") == 1, "before the cut")
         r.execute_command("ACL", "SETUSER", "default", "off")
@@ -400,6 +413,7 @@ async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess
             tried0 = r.info("stats")["total_connections_received"]
             wait_ready(a, False)
             missed = [r.fcall("wspush_publish", 0, "cut", str(k)) for k in (2, 3)]
+            first = r.fcall("wspush_publish", 0, "cut-first", "10")  # its first event ever
             # The nodes try again meanwhile (two connections each) and are turned away: the link
             # is held down. (Which of its connections hears NOAUTH first is a race, so the node's
             # log may or may not say so; Redis's count of connections does.)
@@ -411,19 +425,21 @@ async def catch_up_after_cut(rs: RedisServer, a: ServerProcess, b: ServerProcess
         finally:
             r.execute_command("ACL", "SETUSER", "default", "on")
         wait_ready(a, True)
-        got = [await recv_json(wa) for _ in range(2)]
-        check([(e.get("id"), e.get("data")) for e in got] == [(missed[0], 2), (missed[1], 3)],
+        got = [await recv_json(wa) for _ in range(3)]
+        check([(e.get("id"), e.get("data")) for e in got if e.get("topic") == "cut"] == [(missed[0], 2), (missed[1], 3)]
+              and [(e.get("id"), e.get("data")) for e in got if e.get("topic") == "cut-first"] == [(first, 10)],
               f"the subscriber that stayed got {got} after the cut")
         # The catch-up counts its events when it hands them on: polled until it has.
         deadline = time.monotonic() + scaled(20)
-        while metric(a, caught) < caught0 + 2:
-            check(time.monotonic() < deadline, f"{caught} went {caught0:.0f} -> {metric(a, caught):.0f}, not by 2")
+        while metric(a, caught) < caught0 + 3:
+            check(time.monotonic() < deadline, f"{caught} went {caught0:.0f} -> {metric(a, caught):.0f}, not by 3")
             await asyncio.sleep(0.05)
         # Live again, and nothing came twice: the next event is the next publish.
         live = r.fcall("wspush_publish", 0, "cut", "4")
         e = await recv_json(wa)
         check(e.get("id") == live and e.get("data") == 4, f"after the catch-up: {e}")
-        check(metric(a, caught) == caught0 + 2, f"{caught} went {caught0:.0f} -> {metric(a, caught):.0f}, not by 2")
+        check(metric(a, caught) == caught0 + 3, f"{caught} went {caught0:.0f} -> {metric(a, caught):.0f}, not by 3")
+        check(metric(a, "wspush_bus_lost_notices_total") == lost0, "a catch-up that covered everything announced a loss")
     finally:
         await wa.close()
         rs.command("ACL", "DELUSER", "backend")

@@ -87,17 +87,20 @@ async def serves(s: ServerProcess, topic: str, what: str) -> None:
 
 async def refuses_while_unready(s: ServerProcess, what: str) -> None:
     """What a node whose bus is not up answers: /readyz 503 bus_down, bus_up 0, admin publish
-    503, a client's sub `unavailable` (the connection itself is served)."""
+    503; a client's sub waits for Redis (held; the connection itself is served). A held
+    connection reads nothing until its sub is answered (messages are handled in order), so the
+    client does not wait for the close handshake here."""
     status, body = readyz(s)
     check(status == 503 and json.loads(body) == {"status": "bus_down"}, f"{what}: /readyz answered {status} {body}")
     check(metric(s, "wspush_bus_up") == 0, f"{what}: wspush_bus_up is not 0")
     status, body = publish(s, "refused", 1)
     check(status == 503, f"{what}: an admin publish answered {status} {body}")
-    ws = await connect(s)
+    held = metric(s, "wspush_bus_held_subs")
+    ws = await connect(s, close_timeout=0.1)
     try:
         await ws.send(json.dumps({"op": "sub", "topics": ["refused"]}))
-        e = await recv_json(ws)
-        check(e == {"op": "error", "code": "unavailable", "topic": "refused"}, f"{what}: a sub answered {e}")
+        check(poll_until(lambda: metric(s, "wspush_bus_held_subs") == held + 1, scaled(10)),
+              f"{what}: a sub is not held (wspush_bus_held_subs {metric(s, 'wspush_bus_held_subs')})")
     finally:
         await ws.close()
 
@@ -609,6 +612,65 @@ async def set_up_while_loading(args) -> None:
         rs.close()
 
 
+async def lost_after_empty_restart(args) -> None:
+    """Redis restarts without its data (a new epoch): the subscribers that stayed hear
+    {"op":"lost"} for every topic, the one with events and the one without, then live events."""
+    rs = RedisServer(persistent=False).start()
+    s = start_node(args, rs.url)
+    try:
+        wait_ready(s)
+        ws = await connect(s)
+        await subscribe(ws, ["gone", "quiet"])
+        eid = publish_ok(s, "gone", 1)
+        check(await recv_json(ws) == {"topic": "gone", "id": eid, "data": 1}, "before the restart")
+        rs.kill()
+        rs.start()
+        wait_ready(s)
+        got = [await recv_json(ws, 20) for _ in range(2)]
+        check(sorted(got, key=lambda e: e["topics"]) == [{"op": "lost", "topics": ["gone"]},
+                                                        {"op": "lost", "topics": ["quiet"]}],
+              f"after Redis restarted empty the subscriber got {got}")
+        check(metric(s, "wspush_bus_lost_notices_total") == 2, "the notices are not counted")
+        eid = publish_ok(s, "quiet", 2)
+        e = await recv_json(ws)
+        check(e == {"topic": "quiet", "id": eid, "data": 2}, f"after the notices: {e}")
+        await ws.close()
+        check(not s.crashed(), "the node crashed")
+    finally:
+        s.kill()
+        rs.close()
+
+
+async def held_sub_times_out(args) -> None:
+    """A sub made while Redis is away waits for it, and hears `unavailable` only when the stated
+    wait (10 s) runs out; the connection stays and its next sub is held again."""
+    rs = RedisServer(persistent=False).start()
+    s = start_node(args, rs.url)
+    try:
+        wait_ready(s)
+        rs.kill()
+        deadline = time.monotonic() + scaled(20)
+        while readyz(s)[0] == 200:
+            check(time.monotonic() < deadline, "the node did not notice Redis was gone")
+            time.sleep(0.05)
+        ws = await connect(s)
+        await ws.send(json.dumps({"op": "sub", "topics": ["later"]}))
+        e = await recv_json(ws, 30)  # the wait is 10 s; the deadline only stops a hang
+        check(e == {"op": "error", "code": "unavailable", "topic": "later"}, f"a held sub ended with {e}")
+        check(metric(s, "wspush_bus_held_subs") == 0, "a sub refused is still held")
+        check(metric(s, "wspush_bus_pending") == 0, "a sub refused is still under way")
+        await ws.send(json.dumps({"op": "sub", "topics": ["later"]}))
+        check(poll_until(lambda: metric(s, "wspush_bus_held_subs") == 1, scaled(10)), "the next sub is not held")
+        rs.start()
+        e = await recv_json(ws, 30)
+        check(e == {"op": "subbed", "topics": ["later"], "lost": []}, f"the sub held until Redis came back: {e}")
+        await ws.close()
+        check(not s.crashed(), "the node crashed")
+    finally:
+        s.kill()
+        rs.close()
+
+
 def main(args) -> None:
     f = Findings()
     f.step("AUTH and SELECT: requirepass, database 3", lambda: asyncio.run(auth_and_select(args)))
@@ -621,6 +683,8 @@ def main(args) -> None:
            lambda: asyncio.run(on_a_node(args, emptied_and_xdel)))
     f.step("a node set up while Redis is LOADING", lambda: asyncio.run(set_up_while_loading(args)))
     f.step("a since Redis cannot read, a replay Redis refuses: nothing kept", lambda: asyncio.run(bad_since(args)))
+    f.step("Redis restarted empty: its subscribers hear lost", lambda: asyncio.run(lost_after_empty_restart(args)))
+    f.step("a sub held while Redis is away: unavailable after the wait", lambda: asyncio.run(held_sub_times_out(args)))
     f.done()
 
 
