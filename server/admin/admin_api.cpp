@@ -1,5 +1,8 @@
 #include "server/admin/admin_api.hpp"
 
+#include <unordered_map>
+#include <vector>
+
 #include <simdjson.h>
 
 #include "proto/topic.hpp"
@@ -11,6 +14,11 @@
 // byte, so it must be valid JSON), then an On Demand walk finds `topic` and the raw bytes of
 // `data` in place. Both parsers keep their buffers between requests: after the first request
 // of a given size, a publish allocates only its response text.
+//
+// A sink that answers later (the Redis bus) makes a request `pending`: what is known of its
+// answer is kept by the connection's tag (a batch: the text up to its first pending line, then
+// one entry per line), and each pending line's ticket points back at it. Only such requests
+// allocate for it; a sink that answers at once takes the path above unchanged.
 
 namespace wspush::server {
 namespace {
@@ -105,6 +113,24 @@ void append_http_response(std::string& out, std::uint16_t status, std::string_vi
   out += body;
 }
 
+namespace {
+
+/// A request whose publishes wait for the sink: what is known of its answer so far.
+struct waiting_request {
+  struct entry {
+    publish_outcome::kind_t kind;
+    std::uint64_t ticket;  // while pending
+    std::string text;      // the id or the error code
+  };
+  bool batch = false, close = false;
+  std::uint32_t unsettled = 0;  // entries still pending
+  std::size_t lines = 0, unavailable = 0;  // a batch's lines before `rest`
+  std::string head;          // a batch's answer up to its first pending line
+  std::vector<entry> rest;   // from the first pending line on, in order
+};
+
+}  // namespace
+
 struct admin_api::state {
   state(admin_api_options o, publish_sink& s, metrics_registry* m, const std::atomic<bool>& d)
       : opt(std::move(o)), sink(s), metrics(m), draining(d) {}
@@ -119,6 +145,13 @@ struct admin_api::state {
   std::string text;     // response body under construction, reused
   counter* requests[3] = {};   // 2xx, 4xx, 5xx
   counter* publishes[4] = {};  // ok, bad_request, unavailable, timeout (publish_outcome::kind_t order)
+  gauge* waiting_gauge = nullptr;
+  std::unordered_map<std::uint64_t, waiting_request> waiting;  // by tag
+  struct ticket_ref {
+    std::uint64_t tag;
+    std::uint32_t entry;
+  };
+  std::unordered_map<std::uint64_t, ticket_ref> tickets;  // pending publishes: ticket -> where it answers
 
   void reply(std::string& out, std::uint16_t status, std::string_view type, std::string_view body, bool close,
              std::string_view extra = {}) {
@@ -131,9 +164,59 @@ struct admin_api::state {
   std::string_view read_field(simdjson::ondemand::field& f, bool& have_topic, bool& have_data,
                               std::string_view& topic, std::string_view& data) noexcept;
   publish_outcome publish_one(std::string_view json, std::size_t readable, std::string_view& reason) noexcept;
-  void publish(const proto::http_request& req, std::size_t readable, std::string& out, bool close);
-  void publish_batch(const proto::http_request& req, std::size_t readable, std::string& out, bool close);
+  void count(publish_outcome::kind_t k) noexcept {
+    if (publishes[0] && k < publish_outcome::pending) publishes[k]->inc();
+  }
+  respond_result publish(const proto::http_request& req, std::size_t readable, std::string& out, bool close,
+                         std::uint64_t tag);
+  respond_result publish_batch(const proto::http_request& req, std::size_t readable, std::string& out, bool close,
+                               std::uint64_t tag);
+  void reply_publish(std::string& out, publish_outcome r, std::string_view reason, bool close);
+  bool too_many_waiting(std::size_t lines) const noexcept {
+    return !tickets.empty() && tickets.size() + lines > opt.max_waiting_publishes;
+  }
+  respond_result refuse_busy(std::string& out, std::size_t lines, bool close);
+  waiting_request& open_wait(std::uint64_t tag, bool batch, bool close);
+  void add_entry(waiting_request& w, std::uint64_t tag, const publish_outcome& r);
+  void take_outcome(waiting_request::entry& e) noexcept;
+  void update_gauge() noexcept {
+    if (waiting_gauge) waiting_gauge->set(static_cast<double>(tickets.size()));
+  }
 };
+
+namespace {
+
+std::string_view batch_code(publish_outcome::kind_t kind, std::string_view id_or_error) noexcept {
+  return kind == publish_outcome::unavailable ? "unavailable"
+         : kind == publish_outcome::timeout   ? "timeout"
+         : id_or_error.empty()               ? "bad_request"
+                                             : id_or_error;
+}
+
+/// One entry of a batch's results (after a comma if it is not the first).
+void append_batch_entry(std::string& text, bool first, publish_outcome::kind_t kind, std::string_view id_or_error) {
+  if (!first) text += ',';
+  if (kind == publish_outcome::ok) {
+    text += "{\"id\":";
+    append_json_string(text, id_or_error);
+    text += '}';
+  } else {
+    text += error_body(batch_code(kind, id_or_error));
+  }
+}
+
+/// Non-blank lines of an NDJSON body: the publishes a batch would leave waiting.
+std::size_t count_lines(std::string_view body) noexcept {
+  std::size_t n = 0;
+  while (!body.empty()) {
+    const std::size_t lf = body.find('\n');
+    n += body.substr(0, lf).find_first_not_of(" \t\r") != std::string_view::npos;
+    body.remove_prefix(lf == std::string_view::npos ? body.size() : lf + 1);
+  }
+  return n;
+}
+
+}  // namespace
 
 /// One field of a publish object: `topic` and `data` are taken (each at most once), others
 /// skipped. Returns a reason on failure.
@@ -201,14 +284,46 @@ publish_outcome admin_api::state::publish_one(std::string_view json, std::size_t
   std::string_view topic, data;
   reason = extract(json, readable, topic, data);
   publish_outcome r = reason.empty() ? sink.publish(topic, data) : publish_outcome{publish_outcome::bad_request, {}};
-  if (publishes[0]) publishes[r.kind]->inc();
+  count(r.kind);
   return r;
 }
 
-void admin_api::state::publish(const proto::http_request& req, std::size_t readable, std::string& out, bool close) {
-  std::string_view reason;
-  const publish_outcome r = publish_one(req.body, readable, reason);
-  sink.end_batch();
+admin_api::respond_result admin_api::state::refuse_busy(std::string& out, std::size_t lines, bool close) {
+  if (publishes[0]) publishes[publish_outcome::unavailable]->inc(lines);
+  reply(out, 503, k_json, error_body("unavailable", "too many publishes waiting for the bus"), close,
+        "Retry-After: 1\r\n");
+  return close ? respond_result::close : respond_result::keep_open;
+}
+
+waiting_request& admin_api::state::open_wait(std::uint64_t tag, bool batch, bool close) {
+  waiting_request& w = waiting[tag];
+  w = waiting_request{};
+  w.batch = batch;
+  w.close = close;
+  return w;
+}
+
+void admin_api::state::add_entry(waiting_request& w, std::uint64_t tag, const publish_outcome& r) {
+  w.rest.push_back({r.kind, r.ticket, std::string(r.id_or_error)});
+  if (r.kind != publish_outcome::pending) return;
+  tickets[r.ticket] = ticket_ref{tag, static_cast<std::uint32_t>(w.rest.size() - 1)};
+  ++w.unsettled;
+}
+
+/// The sink's outcome of a pending entry (settled, or given up on: see publish_sink::collect).
+void admin_api::state::take_outcome(waiting_request::entry& e) noexcept {
+  publish_outcome r = sink.collect(e.ticket);
+  if (r.kind == publish_outcome::pending) r = {publish_outcome::timeout, {}};  // a sink that broke its word
+  e.kind = r.kind;
+  try {
+    e.text.assign(r.id_or_error);
+  } catch (...) {
+    e.text.clear();
+  }
+  count(r.kind);
+}
+
+void admin_api::state::reply_publish(std::string& out, publish_outcome r, std::string_view reason, bool close) {
   if (r.kind == publish_outcome::ok) {
     text = "{\"id\":";
     append_json_string(text, r.id_or_error);
@@ -223,25 +338,34 @@ void admin_api::state::publish(const proto::http_request& req, std::size_t reada
   reply(out, 400, k_json, error_body(code, reason), close);
 }
 
+admin_api::respond_result admin_api::state::publish(const proto::http_request& req, std::size_t readable,
+                                                    std::string& out, bool close, std::uint64_t tag) {
+  if (too_many_waiting(1)) return refuse_busy(out, 1, close);
+  std::string_view reason;
+  const publish_outcome r = publish_one(req.body, readable, reason);
+  sink.end_batch();
+  if (r.kind == publish_outcome::pending) {
+    add_entry(open_wait(tag, false, close), tag, r);
+    update_gauge();
+    return respond_result::pending;
+  }
+  reply_publish(out, r, reason, close);
+  return close ? respond_result::close : respond_result::keep_open;
+}
+
 /// NDJSON: one publish a line, answered in order. Blank lines are skipped (the NDJSON
 /// convention), so a trailing newline adds no entry. 503 only when every line met an
 /// unavailable bus: then the whole batch may be retried; otherwise 200, entries say which
-/// lines failed.
-void admin_api::state::publish_batch(const proto::http_request& req, std::size_t readable, std::string& out,
-                                     bool close) {
+/// lines failed. Lines go to the sink one after the other without waiting: a sink that answers
+/// later sends them to the bus back to back, and the answer waits for the last.
+admin_api::respond_result admin_api::state::publish_batch(const proto::http_request& req, std::size_t readable,
+                                                          std::string& out, bool close, std::uint64_t tag) {
   std::string_view body = req.body;
-  std::size_t lines = 0, unavailable = 0;
-  if (sink.wants_prepare()) {  // a bus outside the process: all lines go out back to back first
-    for (std::string_view rest = body; !rest.empty();) {
-      const std::size_t lf = rest.find('\n');
-      const std::string_view line = trim_json_space(rest.substr(0, lf));
-      const std::size_t line_readable = readable - static_cast<std::size_t>(line.data() - req.body.data());
-      rest.remove_prefix(lf == std::string_view::npos ? rest.size() : lf + 1);
-      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-      std::string_view topic, data;
-      if (extract(line, line_readable, topic, data).empty()) sink.prepare(topic, data);
-    }
+  if (!tickets.empty()) {  // only then can the bound refuse it (the count costs a pass over the body)
+    if (const std::size_t n = count_lines(body); too_many_waiting(n)) return refuse_busy(out, n, close);
   }
+  std::size_t lines = 0, unavailable = 0;
+  waiting_request* w = nullptr;
   text = "{\"results\":[";
   while (!body.empty()) {
     const std::size_t lf = body.find('\n');
@@ -252,23 +376,28 @@ void admin_api::state::publish_batch(const proto::http_request& req, std::size_t
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     std::string_view reason;
     const publish_outcome r = publish_one(line, line_readable, reason);
-    if (lines++ != 0) text += ',';
-    if (r.kind == publish_outcome::ok) {
-      text += "{\"id\":";
-      append_json_string(text, r.id_or_error);
-      text += '}';
-    } else {
-      unavailable += r.kind == publish_outcome::unavailable;
-      text += error_body(r.kind == publish_outcome::unavailable ? "unavailable"
-                         : r.kind == publish_outcome::timeout   ? "timeout"
-                         : r.id_or_error.empty()               ? "bad_request"
-                                                               : r.id_or_error);
+    if (r.kind == publish_outcome::pending && !w) {  // from here on the answer is kept aside
+      w = &open_wait(tag, true, close);
+      w->head = text;
+      w->lines = lines;
+      w->unavailable = unavailable;
     }
+    if (w) {
+      add_entry(*w, tag, r);
+      continue;
+    }
+    append_batch_entry(text, lines++ == 0, r.kind, r.id_or_error);
+    unavailable += r.kind == publish_outcome::unavailable;
   }
   sink.end_batch();
+  if (w) {
+    update_gauge();
+    return respond_result::pending;
+  }
   text += "]}";
   const bool all_down = lines != 0 && unavailable == lines;
   reply(out, all_down ? 503 : 200, k_json, text, close, all_down ? "Retry-After: 1\r\n" : "");
+  return close ? respond_result::close : respond_result::keep_open;
 }
 
 admin_api::admin_api(admin_api_options o, publish_sink& sink, metrics_registry* metrics,
@@ -284,6 +413,7 @@ admin_api::admin_api(admin_api_options o, publish_sink& sink, metrics_registry* 
   _s->publishes[2] =
       &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "unavailable"}});
   _s->publishes[3] = &metrics->add_counter("wspush_publishes_total", {}, {{"source", "admin"}, {"result", "timeout"}});
+  _s->waiting_gauge = &metrics->add_gauge("wspush_admin_publishes_waiting");
 }
 
 admin_api::~admin_api() = default;
@@ -322,18 +452,19 @@ admin_api::head_verdict admin_api::screen(const proto::http_request& req, std::s
   return close ? head_verdict::answered_close : head_verdict::answered;
 }
 
-bool admin_api::respond(const proto::http_request& req, std::size_t body_readable, std::string& out) {
+admin_api::respond_result admin_api::respond(const proto::http_request& req, std::size_t body_readable,
+                                             std::string& out, std::uint64_t tag) {
   state& s = *_s;
   const bool close = !req.keep_alive;
   switch (screen(req, out)) {
-    case head_verdict::answered: return close;
-    case head_verdict::answered_close: return true;
+    case head_verdict::answered: return close ? respond_result::close : respond_result::keep_open;
+    case head_verdict::answered_close: return respond_result::close;
     default: break;
   }
   const route r = find_route(req.path);
   switch (r) {
-    case route::publish: s.publish(req, body_readable, out, close); break;
-    case route::publish_batch: s.publish_batch(req, body_readable, out, close); break;
+    case route::publish: return s.publish(req, body_readable, out, close, tag);
+    case route::publish_batch: return s.publish_batch(req, body_readable, out, close, tag);
     case route::metrics:
       s.text.clear();
       if (s.metrics) s.metrics->render(s.text);
@@ -343,9 +474,66 @@ bool admin_api::respond(const proto::http_request& req, std::size_t body_readabl
     default:
       if (s.draining.load(std::memory_order_relaxed)) s.reply(out, 503, k_json, "{\"status\":\"draining\"}", close);
       else if (!s.sink.ready()) s.reply(out, 503, k_json, "{\"status\":\"bus_down\"}", close, "Retry-After: 1\r\n");
+      else if (s.sink.stalled()) s.reply(out, 503, k_json, "{\"status\":\"bus_stalled\"}", close, "Retry-After: 1\r\n");
       else s.reply(out, 200, k_json, "{\"status\":\"ready\"}", close);
   }
+  return close ? respond_result::close : respond_result::keep_open;
+}
+
+std::uint64_t admin_api::settle(std::uint64_t ticket) {
+  state& s = *_s;
+  const auto it = s.tickets.find(ticket);
+  if (it == s.tickets.end()) return 0;  // given up on already (its answer went out as a timeout)
+  const state::ticket_ref ref = it->second;
+  s.tickets.erase(it);
+  s.update_gauge();
+  const auto w = s.waiting.find(ref.tag);
+  if (w == s.waiting.end()) return 0;
+  s.take_outcome(w->second.rest[ref.entry]);
+  return --w->second.unsettled == 0 ? ref.tag : 0;
+}
+
+bool admin_api::answer(std::uint64_t tag, std::string& out) {
+  state& s = *_s;
+  const auto it = s.waiting.find(tag);
+  if (it == s.waiting.end()) return false;
+  waiting_request& w = it->second;
+  for (waiting_request::entry& e : w.rest) {
+    if (e.kind != publish_outcome::pending) continue;
+    s.tickets.erase(e.ticket);
+    s.take_outcome(e);  // the wait ran out: timeout if it reached the bus, else unavailable
+  }
+  s.update_gauge();
+  const bool close = w.close;
+  if (!w.batch) {
+    s.reply_publish(out, {w.rest.front().kind, w.rest.front().text}, {}, close);
+  } else {
+    s.text = std::move(w.head);
+    for (const waiting_request::entry& e : w.rest) {
+      append_batch_entry(s.text, w.lines++ == 0, e.kind, e.text);
+      w.unavailable += e.kind == publish_outcome::unavailable;
+    }
+    s.text += "]}";
+    const bool all_down = w.lines != 0 && w.unavailable == w.lines;
+    s.reply(out, all_down ? 503 : 200, k_json, s.text, close, all_down ? "Retry-After: 1\r\n" : "");
+  }
+  s.waiting.erase(it);
   return close;
 }
+
+void admin_api::forget(std::uint64_t tag) noexcept {
+  state& s = *_s;
+  const auto it = s.waiting.find(tag);
+  if (it == s.waiting.end()) return;
+  for (waiting_request::entry& e : it->second.rest) {
+    if (e.kind != publish_outcome::pending) continue;
+    s.tickets.erase(e.ticket);
+    s.take_outcome(e);  // spends the ticket; one not yet sent is withdrawn
+  }
+  s.waiting.erase(it);
+  s.update_gauge();
+}
+
+std::size_t admin_api::waiting_publishes() const noexcept { return _s->tickets.size(); }
 
 }  // namespace wspush::server

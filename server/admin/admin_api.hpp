@@ -2,23 +2,29 @@
 /// \file admin_api.hpp
 /// The admin API's request handling, without sockets: a parsed request in, a complete HTTP
 /// response appended to a string out. admin_server runs it on its thread; tests call it
-/// directly too. Routes (DESIGN.md, "Admin listener"):
+/// directly too. Routes (docs/OPERATIONS.md, "The admin listener"):
 ///
 /// | route                | method | key  | answer |
 /// |----------------------|--------|------|--------|
-/// | `/publish`           | POST   | yes  | 200 `{"id":"18"}`; 400/503 `{"error":...}` |
+/// | `/publish`           | POST   | yes  | 200 `{"id":"18"}`; 400/503/504 `{"error":...}` |
 /// | `/publish/batch`     | POST   | yes  | 200 `{"results":[{"id":"18"},{"error":"bad_request"},...]}` |
 /// | `/metrics`           | GET    | no   | 200 Prometheus text 0.0.4 |
-/// | `/healthz`           | GET    | no   | 200 `{"status":"ok"}` |
-/// | `/readyz`            | GET    | no   | 200 `{"status":"ready"}`, 503 `{"status":"draining"}` |
+/// | `/healthz`           | GET    | no   | 200 `{"status":"ok"}` while the process serves (liveness) |
+/// | `/readyz`            | GET    | no   | 200 `{"status":"ready"}`; 503 `{"status":"draining"}`, `"bus_down"` or `"bus_stalled"` |
 ///
 /// Errors: unknown path 404, wrong method 405 (with `Allow`), missing or wrong key 401 (with
 /// `WWW-Authenticate: Bearer`), POST without Content-Length 411, bad JSON 400, body over the
-/// limit 413 (from the parser), sink unavailable 503 (with `Retry-After`). Every error body is
+/// limit 413 (from the parser), sink unavailable 503 (with `Retry-After`), too many publishes
+/// already waiting for the bus 503 (with `Retry-After`). Every error body is
 /// `{"error":"<code>"}`, sometimes with a `"reason"`.
+///
+/// A sink outside the process (the Redis bus) answers publishes later: respond() then says
+/// `pending`, and the answer is given by answer() once settle() has taken every outcome, or
+/// once the caller's deadline for it has passed. The admin thread never waits on the bus.
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,37 +38,53 @@ class counter;
 
 /// What a publish came to. `id_or_error` is the id (ok) or a short error code such as
 /// "forbidden" (bad_request; empty means "bad_request"); it must stay valid until the sink's
-/// next publish call: the admin thread copies it into the response at once.
+/// next publish or collect call: the admin thread copies it at once.
 struct publish_outcome {
   /// timeout: handed on (to Redis) and no answer came: it may have been published, so a retry
-  /// may publish it twice (504). unavailable: it was not published (503, retry).
-  enum kind_t : std::uint8_t { ok, bad_request, unavailable, timeout } kind;
+  /// may publish it twice (504). unavailable: it was not published (503, retry). pending: the
+  /// sink answers later (see publish_sink): `ticket` names it.
+  enum kind_t : std::uint8_t { ok, bad_request, unavailable, timeout, pending } kind;
   std::string_view id_or_error;
+  std::uint64_t ticket = 0;
 };
 
-/// Where the admin API's publishes go. The lead implements it over the hub and the bus.
+/// Told, from any thread, the ticket of a pending publish once its outcome is known.
+using publish_notify = std::function<void(std::uint64_t ticket)>;
+
+/// Where the admin API's publishes go: the hub (answers at once) or the Redis bus (answers
+/// later, never making the admin thread wait).
 class publish_sink {
  public:
   virtual ~publish_sink() = default;
   /// Called on the admin thread only. `topic` is valid (proto/topic.hpp); `data_raw` is the
   /// `data` value exactly as the publisher sent it, validated JSON, byte for byte. Both views
-  /// are valid only during the call.
+  /// are valid only during the call. A sink that cannot answer at once returns `pending` with
+  /// a ticket; it then calls the notify of set_notify() with that ticket once the outcome is
+  /// known, and collect() takes it.
   virtual publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept = 0;
   /// After the last publish of a request (one for /publish, once per /publish/batch): the
   /// moment to wake the shards once for everything just posted.
   virtual void end_batch() noexcept {}
+  /// Before any publish, from the thread that starts the admin server (and again with an
+  /// empty function once it stopped): how to tell the admin thread about settled tickets.
+  virtual void set_notify(publish_notify notify) noexcept {}
+  /// Admin thread: the outcome of a pending publish; its ticket is spent. After notify named
+  /// it, what became of it; before (the admin API stopped waiting): timeout if it was handed
+  /// on, else unavailable, and then it is never sent. Never pending.
+  virtual publish_outcome collect(std::uint64_t ticket) noexcept { return {publish_outcome::unavailable, {}}; }
   /// Whether publishes can be taken now (false while a bus outside the process is down):
-  /// /readyz answers 503 while it is not.
+  /// /readyz answers 503 bus_down while it is not.
   virtual bool ready() const noexcept { return true; }
-  /// A first pass over a batch (/publish/batch), before any publish() of it: a sink that sends
-  /// to a bus may send them all back to back here; publish() then takes their answers, in the
-  /// same order. Called only when wants_prepare().
-  virtual bool wants_prepare() const noexcept { return false; }
-  virtual void prepare(std::string_view topic, std::string_view data_raw) noexcept {}
+  /// Whether the bus has left a command unanswered longer than it may: /readyz answers 503
+  /// bus_stalled while it has.
+  virtual bool stalled() const noexcept { return false; }
 };
 
 struct admin_api_options {
   std::string api_key;  // empty: the publish endpoints are open (the listener is loopback by default)
+  /// Publishes (lines) that may wait for the bus at once; a request that would take more is
+  /// answered 503 with Retry-After (unless none waits: a batch larger than this goes alone).
+  std::uint32_t max_waiting_publishes = 4096;
 };
 
 class admin_api {
@@ -85,10 +107,30 @@ class admin_api {
   /// is ever read, let alone buffered, for a request that will be refused.
   head_verdict screen(const proto::http_request& req, std::string& out);
 
+  /// What respond() did.
+  enum class respond_result : std::uint8_t {
+    keep_open,  ///< answered; the connection goes on
+    close,      ///< answered; the connection must close after this response
+    pending,    ///< nothing appended yet: publishes wait for the bus (answer() gives the response)
+  };
   /// Appends the response to a complete request (screened again first). `body_readable`: bytes readable from
   /// req.body.data() (simdjson reads up to 64 bytes past the end; with fewer the body is
-  /// copied). Returns true when the connection must close after this response.
-  bool respond(const proto::http_request& req, std::size_t body_readable, std::string& out);
+  /// copied). `tag` (non-zero) names the request if it ends up pending; the request's bytes
+  /// need not outlive the call.
+  respond_result respond(const proto::http_request& req, std::size_t body_readable, std::string& out,
+                         std::uint64_t tag = 0);
+
+  /// A ticket the sink's notify named: takes its outcome. Returns the tag of the request this
+  /// completes (answer() it now), or 0 (more of it waits, or nothing waits on the ticket).
+  std::uint64_t settle(std::uint64_t ticket);
+  /// Appends the response to the pending request `tag`: once settle() returned its tag, or
+  /// when its deadline passed (what still waits is then timeout, or unavailable if never sent).
+  /// Returns true when the connection must close after it.
+  bool answer(std::uint64_t tag, std::string& out);
+  /// The connection of pending request `tag` went away: nobody wants its answer.
+  void forget(std::uint64_t tag) noexcept;
+  /// Publishes waiting for the bus now (at most max_waiting_publishes, or one large batch).
+  std::size_t waiting_publishes() const noexcept;
 
   /// Appends the response to a request that could not be parsed (the parser's status and
   /// reason), or a 408/503 from the server itself; always with `Connection: close`.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -16,6 +17,13 @@
 // One thread, one epoll backend, a fixed table of connection slots. Deadlines are kept per
 // slot and scanned after every poll: there are at most a few hundred slots, and the scan is
 // what lets poll sleep exactly until the nearest deadline.
+//
+// Publishes to a bus outside the process never make this thread wait: the sink hands them to
+// the bus and answers `pending`; the bus thread puts each settled ticket on the settled queue
+// and wakes the loop, which takes the outcomes (admin_api::settle) and answers the request. A
+// connection whose request waits reads no further requests until it is answered (so answers
+// stay in order); every other connection is served meanwhile. The wait's deadline is one more
+// per-slot deadline.
 
 namespace wspush::server {
 namespace {
@@ -47,9 +55,32 @@ struct admin_conn {
   std::int64_t request_start = 0;   // first byte of the request under way
   std::int64_t last_active = 0;     // last bytes in or out: the quietest unkeyed one is evicted first
   std::int64_t deadline = 0;
+  std::int64_t wait_until = 0;      // a publish of its request waits for the bus until then (0: none)
+  bool read_stopped = false;        // while it waits, its input reached the bound: the kernel keeps the rest
+  bool peer_done = false;           // the client ended its side while its request waited
   std::string in, out;
   std::size_t out_sent = 0;
   proto::http_request_parser parser;
+};
+
+/// Tickets the sink settled on other threads, for the admin thread. Shared with the sink's
+/// notify, which publishes still held by the bus may keep after the loop is gone: `io` is
+/// cleared then, and later tickets are dropped.
+struct settled_queue {
+  std::mutex m;
+  std::vector<std::uint64_t> tickets;
+  io_backend* io = nullptr;
+
+  void push(std::uint64_t ticket) noexcept {
+    std::lock_guard lock(m);
+    if (!io) return;
+    try {
+      tickets.push_back(ticket);
+    } catch (...) {
+      return;  // its request is answered at its deadline instead
+    }
+    if (tickets.size() == 1) io->wake();  // else a wake-up is on its way: the loop takes them all
+  }
 };
 
 }  // namespace
@@ -57,10 +88,11 @@ struct admin_conn {
 class admin_server::loop final : public io_handler {
  public:
   loop(const admin_options& o, publish_sink& sink, metrics_registry* metrics, const std::atomic<bool>& draining,
-       std::unique_ptr<io_backend> io, int listen_fd)
+       std::unique_ptr<io_backend> io, int listen_fd, std::shared_ptr<settled_queue> settled)
       : _opt(o),
-        _api(admin_api_options{o.api_key}, sink, metrics, draining),
+        _api(admin_api_options{o.api_key, o.max_waiting_publishes}, sink, metrics, draining),
         _io(std::move(io)),
+        _settled(std::move(settled)),
         _listen_fd(listen_fd),
         _conns(o.max_connections),
         _max_in(std::size_t{o.max_head_bytes} + o.max_body_bytes + 64 * 1024) {
@@ -70,9 +102,15 @@ class admin_server::loop final : public io_handler {
     }
     for (admin_conn& c : _conns)
       c.parser = proto::http_request_parser({o.max_head_bytes, o.max_body_bytes});
+    std::lock_guard lock(_settled->m);
+    _settled->io = _io.get();
   }
 
   ~loop() override {
+    {
+      std::lock_guard lock(_settled->m);
+      _settled->io = nullptr;
+    }
     for (std::uint32_t i = 0; i < _conns.size(); ++i)
       if (_conns[i].ph != phase::free) close_conn(i);
     ::close(_listen_fd);
@@ -102,7 +140,7 @@ class admin_server::loop final : public io_handler {
   }
   void on_send_done(conn_token, int) noexcept override {}  // epoll sends synchronously
   void on_writable(conn_token t) noexcept override;
-  void on_wake() noexcept override {}  // run() checks _stop
+  void on_wake() noexcept override;  // run() checks _stop
 
   conn_token token(std::uint32_t i) const noexcept { return (std::uint64_t{_conns[i].gen} << k_index_bits) | i; }
   std::uint32_t lookup(conn_token t) const noexcept {
@@ -116,6 +154,7 @@ class admin_server::loop final : public io_handler {
   void close_conn(std::uint32_t i) noexcept;
   void mark_keyed(admin_conn& c) noexcept;
   void process(std::uint32_t i, std::int64_t now) noexcept;
+  void end_wait(std::uint32_t i, std::int64_t now) noexcept;
   bool flush(std::uint32_t i, std::int64_t now) noexcept;
   void start_linger(std::uint32_t i, std::int64_t now) noexcept;
   void rearm(admin_conn& c, std::int64_t now) noexcept;
@@ -125,6 +164,8 @@ class admin_server::loop final : public io_handler {
   const admin_options& _opt;
   admin_api _api;
   std::unique_ptr<io_backend> _io;
+  std::shared_ptr<settled_queue> _settled;
+  std::vector<std::uint64_t> _taking;  // settled tickets being handled (the queue's, swapped out)
   int _listen_fd;
   std::vector<admin_conn> _conns;
   std::size_t _max_in;  // input held for one connection: one whole request and some pipelined bytes
@@ -156,6 +197,8 @@ void admin_server::loop::on_accept(int, int fd) noexcept {
   if (c.gen == 0) c.gen = 1;
   c.ph = phase::active;
   c.close_when_flushed = c.waiting_writable = c.continue_sent = c.screened = c.keyed = false;
+  c.wait_until = 0;
+  c.read_stopped = c.peer_done = false;
   c.in.clear();
   c.out.clear();
   c.out_sent = 0;
@@ -171,14 +214,15 @@ void admin_server::loop::on_accept(int, int fd) noexcept {
 /// A slot for a new connection: a free one while unkeyed connections hold less than their
 /// share, else the slot of the unkeyed connection quiet the longest (it had its chance: a
 /// client that means to publish sends its request at once). k_no_slot only when every slot is
-/// held by a keyed connection.
+/// held by a keyed connection or one whose publish waits for the bus.
 std::uint32_t admin_server::loop::take_slot() noexcept {
   std::uint32_t free = k_no_slot, quietest = k_no_slot;
   for (std::uint32_t i = 0; i < _conns.size(); ++i) {
     const admin_conn& c = _conns[i];
     if (c.ph == phase::free) {
       if (free == k_no_slot) free = i;
-    } else if (!c.keyed && (quietest == k_no_slot || c.last_active < _conns[quietest].last_active)) {
+    } else if (!c.keyed && c.wait_until == 0 &&  // one whose publish waits for the bus is owed its answer
+               (quietest == k_no_slot || c.last_active < _conns[quietest].last_active)) {
       quietest = i;
     }
   }
@@ -200,6 +244,8 @@ void admin_server::loop::mark_keyed(admin_conn& c) noexcept {
 void admin_server::loop::close_conn(std::uint32_t i) noexcept {
   admin_conn& c = _conns[i];
   if (c.ph == phase::free) return;
+  if (c.wait_until != 0) _api.forget(token(i));  // nobody is left to answer
+  c.wait_until = 0;
   _io->close(c.fd, token(i));
   c.fd = -1;
   c.ph = phase::free;
@@ -217,19 +263,31 @@ void admin_server::loop::on_data(conn_token t, std::span<std::uint8_t> bytes) no
   if (i == k_no_slot) return;
   admin_conn& c = _conns[i];
   if (c.ph == phase::lingering || c.close_when_flushed) return;  // the rest of a refused request
-  if (c.in.size() + bytes.size() > _max_in) return close_conn(i);  // pipelining into a stuck output
+  const bool waiting = c.wait_until != 0;
+  if (c.in.size() + bytes.size() > _max_in && !waiting) return close_conn(i);  // pipelining into a stuck output
   const std::int64_t now = now_ms();
   c.last_active = now;
   if (c.in.empty()) c.request_start = now;
   // Room for simdjson's padding after whatever body this completes: views stay put below.
   c.in.reserve(c.in.size() + bytes.size() + k_padding);
   c.in.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (waiting && c.in.size() >= _max_in && !c.read_stopped) {
+    // Pipelined requests behind one that waits for the bus: leave the rest in the kernel.
+    _io->stop_reading(c.fd, t);
+    c.read_stopped = true;
+  }
   process(i, now);
 }
 
-void admin_server::loop::on_read_end(conn_token t, int) noexcept {
+void admin_server::loop::on_read_end(conn_token t, int res) noexcept {
   const std::uint32_t i = lookup(t);
   if (i == k_no_slot) return;
+  if (_conns[i].wait_until != 0 && res == 0) {  // only done sending: the answer it waits for, then the close
+    _conns[i].peer_done = true;
+    if (!_conns[i].read_stopped) _io->stop_reading(_conns[i].fd, t);  // the EOF is level-triggered
+    _conns[i].read_stopped = true;
+    return;
+  }
   // The peer is done sending. What is queued gets one more try; then the slot is closed (a
   // level-triggered EOF would otherwise be reported on every poll while output waits).
   if (_conns[i].ph == phase::active && !flush(i, now_ms())) return;
@@ -248,7 +306,7 @@ void admin_server::loop::on_writable(conn_token t) noexcept {
 /// the connection or until too much output waits; then sends what it can.
 void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
   admin_conn& c = _conns[i];
-  while (!c.close_when_flushed && !c.in.empty() && c.out.size() - c.out_sent < k_out_pause_bytes) {
+  while (!c.close_when_flushed && c.wait_until == 0 && !c.in.empty() && c.out.size() - c.out_sent < k_out_pause_bytes) {
     proto::http_request req;
     const proto::http_request_result r = c.parser.parse(c.in, req);
     if (r.status != proto::parse_status::error && c.parser.head_complete() && !c.screened) {
@@ -281,13 +339,48 @@ void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
       break;
     }
     const std::size_t body_at = req.body.empty() ? c.in.size() : static_cast<std::size_t>(req.body.data() - c.in.data());
-    c.close_when_flushed = _api.respond(req, c.in.capacity() - body_at, c.out);
+    const admin_api::respond_result a = _api.respond(req, c.in.capacity() - body_at, c.out, token(i));
+    c.close_when_flushed = a == admin_api::respond_result::close;
+    if (a == admin_api::respond_result::pending) c.wait_until = now + to_ms(_opt.publish_timeout);
     c.in.erase(0, r.consumed);
     c.parser.reset();
     c.continue_sent = c.screened = false;
     c.request_start = now;
   }
   if (flush(i, now)) rearm(c, now);
+}
+
+/// The request of slot i waited for the bus and now has its answer: every outcome came in, or
+/// its deadline passed. The answer goes out and the requests behind it are read on.
+void admin_server::loop::end_wait(std::uint32_t i, std::int64_t now) noexcept {
+  admin_conn& c = _conns[i];
+  c.wait_until = 0;
+  c.close_when_flushed = _api.answer(token(i), c.out);
+  c.last_active = c.request_start = now;
+  if (c.peer_done) {  // the client is done sending: what it asked for gets one try, as on_read_end does
+    if (flush(i, now)) close_conn(i);
+    return;
+  }
+  if (c.read_stopped) {
+    c.read_stopped = false;
+    if (!_io->start_reading(c.fd, token(i))) return close_conn(i);
+    if (c.waiting_writable) _io->wait_writable(c.fd, token(i));  // stop_reading dropped that interest too
+  }
+  process(i, now);
+}
+
+void admin_server::loop::on_wake() noexcept {
+  {
+    std::lock_guard lock(_settled->m);
+    _taking.swap(_settled->tickets);
+  }
+  const std::int64_t now = now_ms();
+  for (const std::uint64_t ticket : _taking) {
+    const std::uint64_t tag = _api.settle(ticket);
+    if (tag == 0) continue;
+    if (const std::uint32_t i = lookup(tag); i != k_no_slot && _conns[i].wait_until != 0) end_wait(i, now);
+  }
+  _taking.clear();
 }
 
 /// Sends queued output. Returns false when the connection was closed.
@@ -335,7 +428,12 @@ void admin_server::loop::rearm(admin_conn& c, std::int64_t now) noexcept {
 void admin_server::loop::expire(std::int64_t now) noexcept {
   for (std::uint32_t i = 0; i < _conns.size(); ++i) {
     admin_conn& c = _conns[i];
-    if (c.ph == phase::free || c.deadline > now) continue;
+    if (c.ph == phase::free) continue;
+    if (c.wait_until != 0) {  // its other deadlines stand still while the bus has this long
+      if (c.wait_until <= now) end_wait(i, now);
+      continue;
+    }
+    if (c.deadline > now) continue;
     if (c.ph == phase::lingering || c.out_sent < c.out.size() || c.in.empty() || c.close_when_flushed) {
       close_conn(i);  // linger over, output not taken, or idle
       continue;
@@ -349,8 +447,11 @@ void admin_server::loop::expire(std::int64_t now) noexcept {
 
 int admin_server::loop::poll_timeout(std::int64_t now) const noexcept {
   std::int64_t wait = 1000;  // also bounds how long a missed wake-up could delay stop()
-  for (const admin_conn& c : _conns)
-    if (c.ph != phase::free && c.deadline - now < wait) wait = c.deadline - now;
+  for (const admin_conn& c : _conns) {
+    if (c.ph == phase::free) continue;
+    const std::int64_t at = c.wait_until != 0 ? c.wait_until : c.deadline;
+    if (at - now < wait) wait = at - now;
+  }
   return wait < 0 ? 0 : static_cast<int>(wait);
 }
 
@@ -373,11 +474,13 @@ void admin_server::start() {
   _local = local_name(fd);
   _port = static_cast<std::uint16_t>(std::stoul(_local.substr(_local.rfind(':') + 1)));
   if (_metrics) _metrics->add_gauge_fn("wspush_draining", [this] { return draining() ? 1.0 : 0.0; });
-  _loop = std::make_unique<loop>(_opt, _sink, _metrics, _draining, std::move(io), fd);
+  auto settled = std::make_shared<settled_queue>();
+  _loop = std::make_unique<loop>(_opt, _sink, _metrics, _draining, std::move(io), fd, settled);
   if (!_loop->listen()) {
     _loop.reset();
     throw std::runtime_error("admin listener: cannot watch the listening socket");
   }
+  _sink.set_notify([settled](std::uint64_t ticket) { settled->push(ticket); });
   _thread = std::thread([l = _loop.get()] { l->run(); });
 }
 
@@ -386,6 +489,7 @@ void admin_server::stop() noexcept {
   _loop->request_stop();
   if (_thread.joinable()) _thread.join();
   _loop.reset();
+  _sink.set_notify({});
 }
 
 }  // namespace wspush::server

@@ -1,10 +1,16 @@
 #pragma once
 /// \file admin_server.hpp
-/// The admin listener (DESIGN.md: default 127.0.0.1:8081): HTTP/1.1 with keep-alive and
-/// pipelining on a thread of its own, over the epoll io_backend. Admin traffic is a few
+/// The admin listener (docs/OPERATIONS.md: default 127.0.0.1:8081): HTTP/1.1 with keep-alive
+/// and pipelining on a thread of its own, over the epoll io_backend. Admin traffic is a few
 /// backends publishing and a scraper, so it is kept apart from the shards and simple: each
 /// admin connection owns its input and output strings (unlike a public connection, which owns
 /// no buffer while idle), and there are at most `max_connections` of them.
+///
+/// The thread never waits on anything but its own sockets: a publish to the Redis bus is
+/// handed over and answered when Redis has answered (or `publish_timeout` has passed), while
+/// every other connection is served; so /healthz and /readyz answer at once whatever Redis
+/// does. A connection whose request waits reads no further requests meanwhile (answers stay
+/// in order), and at most `max_waiting_publishes` publishes wait at once (past it: 503).
 ///
 /// Bounds and timeouts, so a slow or hostile client costs a slot and nothing else:
 /// - a connection that has not presented the API key (*unkeyed*: every new one) may hold at
@@ -46,6 +52,8 @@ struct admin_options {
   double request_timeout = 10;  // seconds from a request's first byte to its last
   double idle_timeout = 60;     // seconds a keep-alive connection may wait for its next request
   double linger_timeout = 2;    // seconds spent draining a request after an error answer
+  double publish_timeout = 5;   // seconds a publish waits for the bus: then 504 if it was sent, else 503
+  std::uint32_t max_waiting_publishes = 4096;  // publishes (batch lines) waiting for the bus at once
 };
 
 class admin_server {

@@ -70,6 +70,7 @@ constexpr metric_info k_standard[] = {
     {"wspush_admin_connections_evicted_total", mt::counter, "",
      "Admin connections without the API key closed to make room for a new connection."},
     {"wspush_draining", mt::gauge, "", "1 while the server drains (readyz answers 503), else 0."},
+    {"wspush_admin_publishes_waiting", mt::gauge, "", "Admin publishes handed to the bus and not yet answered."},
 };
 
 bool is_metric_name(std::string_view s) noexcept {

@@ -2,7 +2,6 @@
 // The admin API's publishes (admin/admin_api.hpp's publish_sink), into the hub.
 
 #include <chrono>
-#include <deque>
 #include <string>
 
 #include "server/admin/admin_api.hpp"
@@ -30,21 +29,24 @@ class hub_sink final : public publish_sink {
   pubsub::history_id _id;
 };
 
-/// Publishes through the Redis bus: each waits for Redis's answer (the id it assigned); a
-/// batch goes out back to back first (prepare), then its answers are taken in order.
+/// Publishes through the Redis bus without waiting: each publish is handed to the bus thread
+/// and answered `pending`; the bus tells the admin loop (set_notify) when Redis has answered,
+/// and collect() then takes the outcome. A batch thus goes to Redis back to back.
 class bus_sink final : public publish_sink {
  public:
   explicit bus_sink(bus::redis_bus& b) : _bus(b) {}
   publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
+    if (!_bus.up()) return {publish_outcome::unavailable, "the bus is down"};
     try {
-      std::uint64_t ticket;
-      if (!_queued.empty()) {
-        ticket = _queued.front();
-        _queued.pop_front();
-      } else {
-        ticket = _bus.publish_queue(topic, data_raw);
-      }
-      switch (_bus.publish_collect(ticket, _id, answer_timeout)) {
+      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, _notify)};
+    } catch (const std::exception&) {
+    }
+    return {publish_outcome::unavailable, "the bus is down"};
+  }
+  void set_notify(publish_notify notify) noexcept override { _notify = std::move(notify); }
+  publish_outcome collect(std::uint64_t ticket) noexcept override {
+    try {
+      switch (_bus.publish_collect(ticket, _id, std::chrono::milliseconds{0})) {
         case bus::bus_publish::ok: return {publish_outcome::ok, _id};
         case bus::bus_publish::refused: return {publish_outcome::unavailable, "refused by Redis"};
         case bus::bus_publish::unknown: return {publish_outcome::timeout, "no answer from Redis"};
@@ -54,25 +56,13 @@ class bus_sink final : public publish_sink {
     }
     return {publish_outcome::unavailable, "the bus is down"};
   }
-  void end_batch() noexcept override {
-    std::string ignored;
-    for (std::uint64_t t : _queued) _bus.publish_collect(t, ignored, answer_timeout);
-    _queued.clear();
-  }
   bool ready() const noexcept override { return _bus.up(); }
-  bool wants_prepare() const noexcept override { return true; }
-  void prepare(std::string_view topic, std::string_view data_raw) noexcept override {
-    try {
-      _queued.push_back(_bus.publish_queue(topic, data_raw));
-    } catch (const std::exception&) {
-    }
-  }
+  bool stalled() const noexcept override { return _bus.stalled(); }
 
  private:
-  static constexpr std::chrono::milliseconds answer_timeout{5000};
   bus::redis_bus& _bus;
   std::string _id;
-  std::deque<std::uint64_t> _queued;
+  publish_notify _notify;
 };
 
 /// Echo and broadcast have no topics: every publish is answered 503 (unavailable).

@@ -98,12 +98,17 @@ struct redis_bus::waiter {
   bool withdrawn = false;  // the publisher stopped waiting before it was sent: never send it
   bus_publish result = bus_publish::unavailable;
   std::string id;
+  std::uint64_t ticket = 0;
+  publish_notify notify;  // told the ticket once settled (publish_queue)
   void finish(bus_publish r, std::string_view text) {
-    std::lock_guard lock(m);
-    result = r;
-    id.assign(text);
-    done = true;
-    cv.notify_all();
+    {
+      std::lock_guard lock(m);
+      result = r;
+      id.assign(text);
+      done = true;
+      cv.notify_all();
+    }
+    if (notify) notify(ticket);
   }
 };
 
@@ -267,7 +272,7 @@ bool redis_bus::publish(std::uint32_t shard, conn_id c, std::string_view topic, 
   return true;
 }
 
-std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data) {
+std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, publish_notify notify) {
   auto w = std::make_shared<waiter>();
   std::uint64_t ticket;
   {
@@ -275,6 +280,8 @@ std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view 
     ticket = _next_ticket++;
     _tickets.emplace(ticket, w);
   }
+  w->ticket = ticket;
+  w->notify = std::move(notify);
   if (!up()) {
     w->finish(bus_publish::unavailable, "the bus is down");
     return ticket;

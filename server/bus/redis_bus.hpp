@@ -48,6 +48,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -95,6 +96,9 @@ struct redis_bus_counters {
 /// still run it, so a retry may publish it twice.
 enum class bus_publish : std::uint8_t { ok, unavailable, refused, unknown };
 
+/// Told the ticket of a queued admin publish once it is settled (redis_bus::publish_queue).
+using publish_notify = std::function<void(std::uint64_t ticket)>;
+
 class redis_bus final : public pubsub::bus_port, private loop_handler, private redis_link::listener {
  public:
   redis_bus(redis_bus_options o, pool::buffer_pool& buffers);
@@ -123,10 +127,18 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   /// handed to Redis is unknown.
   bus_publish publish_wait(std::string_view topic, std::string_view data, std::string& id,
                            std::chrono::milliseconds timeout);
-  /// Queues a publish whose answer publish_wait_queued() collects (a batch: all go to Redis
-  /// back to back). Returns a ticket.
-  std::uint64_t publish_queue(std::string_view topic, std::string_view data);
+  /// Queues a publish whose answer publish_collect() takes (a batch: all go to Redis back to
+  /// back). Returns a ticket. `notify(ticket)`, when given, is called once the publish is
+  /// settled (on the bus thread, or in this call when the bus is down), so that a caller need
+  /// not wait: it collects with a zero timeout then. It is not called for a publish withdrawn
+  /// by a collect that gave up before it was sent.
+  std::uint64_t publish_queue(std::string_view topic, std::string_view data, publish_notify notify = {});
+  /// The answer to a queued publish, waiting at most `timeout` (0: not at all); the ticket is
+  /// spent either way. Past the wait: unknown when it was handed to Redis, else unavailable
+  /// (withdrawn: it is never sent).
   bus_publish publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout);
+  /// Redis has left a command unanswered for longer than it may (/readyz says bus_stalled).
+  bool stalled() const noexcept { return _stalled.load(std::memory_order_relaxed); }
 
   const redis_bus_counters& counters() const noexcept { return _n; }
   const redis_target& target() const noexcept { return _o.target; }
@@ -211,6 +223,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::thread _thread;
   std::atomic<bool> _up{false};
   std::atomic<bool> _running{false};
+  std::atomic<bool> _stalled{false};
 
   // Requests from other threads.
   std::mutex _req_m;

@@ -387,3 +387,165 @@ TEST_CASE("admin server: a client that pipelines and never reads is cut off", "[
   http_client other(f.port());
   CHECK(other.request("GET", "/healthz").status == 200);
 }
+
+// ---- a sink that answers later (the Redis bus) ------------------------------------------------
+
+namespace {
+
+struct deferred_fixture {
+  wspush::test::deferred_sink sink;
+  metrics_registry metrics;
+  std::unique_ptr<admin_server> server;
+
+  explicit deferred_fixture(admin_options o = {}) {
+    o.listen = "127.0.0.1:0";
+    server = std::make_unique<admin_server>(std::move(o), sink, &metrics);
+    server->start();
+  }
+  std::uint16_t port() const { return server->port(); }
+};
+
+std::string post(std::string_view path, std::string_view body, std::string_view headers = {}) {
+  return "POST " + std::string(path) + " HTTP/1.1\r\nHost: h\r\n" + std::string(headers) +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
+}
+
+/// Nothing to read on `c` right now (the server answered nothing yet).
+bool nothing_to_read(http_client& c) {
+  char b;
+  return ::recv(c.fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+TEST_CASE("admin server: a publish waiting for the bus holds up nobody else", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;  // only settle_all answers it
+  deferred_fixture f(o);
+  http_client a(f.port());
+  // A publish and a probe pipelined behind it: the probe is answered only after the publish.
+  REQUIRE(a.send(post("/publish", publish_body("t", "1")) + "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n"));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 1; }));
+  http_client b(f.port());
+  CHECK(b.request("GET", "/healthz").status == 200);
+  CHECK(b.request("GET", "/readyz").status == 200);
+  const auto m = check_prometheus_text(b.request("GET", "/metrics").body);
+  CHECK(m.samples.at("wspush_admin_publishes_waiting") == 1);
+  CHECK(nothing_to_read(a));
+  f.sink.settle_all();
+  http_response r = a.read_response();
+  CHECK(r.status == 200);
+  CHECK(r.body == R"({"id":"k3f9:1"})");
+  CHECK(a.read_response().body == R"({"status":"ok"})");
+  CHECK(check_prometheus_text(b.request("GET", "/metrics").body).samples.at(
+            "wspush_publishes_total{source=\"admin\",result=\"ok\"}") == 1);
+}
+
+TEST_CASE("admin server: a batch waiting for the bus is answered in order once all is in", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;
+  deferred_fixture f(o);
+  http_client c(f.port());
+  const std::string batch = publish_body("now:1", "1") + "\nnot json\n" + publish_body("t", "2") + "\n" +
+                            publish_body("now:2", "3") + "\n" + publish_body("u", "4") + "\n";
+  REQUIRE(c.send(post("/publish/batch", batch)));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 2; }));
+  CHECK(nothing_to_read(c));
+  f.sink.settle_all();
+  const http_response r = c.read_response();
+  CHECK(r.status == 200);
+  CHECK(r.body == R"({"results":[{"id":"k3f9:now"},{"error":"bad_request"},{"id":"k3f9:1"},{"id":"k3f9:now"},)"
+                  R"({"id":"k3f9:2"}]})");
+  // Every line unavailable after the wait: the whole batch may be retried.
+  REQUIRE(c.send(post("/publish/batch", publish_body("x", "1") + "\n" + publish_body("y", "2"))));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 2; }));
+  f.sink.settle_all(publish_outcome::unavailable);
+  const http_response down = c.read_response();
+  CHECK(down.status == 503);
+  CHECK(down.body == R"({"results":[{"error":"unavailable"},{"error":"unavailable"}]})");
+}
+
+TEST_CASE("admin server: the wait for the bus has a deadline: 504 if sent, 503 if not", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 0.2;
+  deferred_fixture f(o);
+  http_client c(f.port());
+  http_response r = c.request("POST", "/publish", publish_body("t", "1"));
+  CHECK(r.status == 504);
+  CHECK(r.body.rfind(R"({"error":"timeout")", 0) == 0);
+  r = c.request("POST", "/publish", publish_body("unsent", "1"));
+  CHECK(r.status == 503);
+  CHECK(r.headers["retry-after"] == "1");
+  r = c.request("POST", "/publish/batch", publish_body("t", "1") + "\n" + publish_body("now", "2"));
+  CHECK(r.status == 200);
+  CHECK(r.body == R"({"results":[{"error":"timeout"},{"id":"k3f9:now"}]})");
+  CHECK(f.sink.collected_count() == 3);
+  f.sink.settle_all();  // too late: nobody waits on these tickets any more
+  CHECK(c.request("GET", "/healthz").status == 200);
+  const auto m = check_prometheus_text(c.request("GET", "/metrics").body);
+  CHECK(m.samples.at("wspush_publishes_total{source=\"admin\",result=\"timeout\"}") == 2);
+  CHECK(m.samples.at("wspush_publishes_total{source=\"admin\",result=\"unavailable\"}") == 1);
+  CHECK(m.samples.at("wspush_admin_publishes_waiting") == 0);
+}
+
+TEST_CASE("admin server: publishes waiting for the bus are bounded: past it 503", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;
+  o.max_waiting_publishes = 3;
+  deferred_fixture f(o);
+  http_client a(f.port()), b(f.port());
+  REQUIRE(a.send(post("/publish/batch", publish_body("t", "1") + "\n" + publish_body("t", "2"))));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 2; }));
+  // Two lines would make four: refused at once, the sink never sees them.
+  http_response r = b.request("POST", "/publish/batch", publish_body("t", "3") + "\n" + publish_body("t", "4"));
+  CHECK(r.status == 503);
+  CHECK(r.headers["retry-after"] == "1");
+  CHECK(f.sink.pending_count() == 2);
+  REQUIRE(b.send(post("/publish", publish_body("t", "5"))));  // one fits
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 3; }));
+  f.sink.settle_all();
+  CHECK(a.read_response().status == 200);
+  CHECK(b.read_response().status == 200);
+  // None waits: a batch larger than the bound goes alone.
+  REQUIRE(a.send(post("/publish/batch", "{\"topic\":\"t\",\"data\":1}\n{\"topic\":\"t\",\"data\":2}\n"
+                                        "{\"topic\":\"t\",\"data\":3}\n{\"topic\":\"t\",\"data\":4}\n")));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 4; }));
+  f.sink.settle_all();
+  CHECK(a.read_response().status == 200);
+}
+
+TEST_CASE("admin server: a client gone while its publish waits; /readyz says bus_stalled", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;
+  deferred_fixture f(o);
+  {
+    http_client gone(f.port());
+    REQUIRE(gone.send(post("/publish", publish_body("t", "1"))));
+    REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 1; }));
+  }
+  // The close is seen (the EOF while the publish waits); the answer is still owed, then the close.
+  http_client c(f.port());
+  f.sink.settle_all();
+  CHECK(wspush::test::eventually([&] {
+    return check_prometheus_text(c.request("GET", "/metrics").body).samples.at("wspush_admin_connections") == 1;
+  }));
+  f.sink.is_stalled = true;
+  http_response r = c.request("GET", "/readyz");
+  CHECK(r.status == 503);
+  CHECK(r.body == R"({"status":"bus_stalled"})");
+  CHECK(r.headers["retry-after"] == "1");
+  CHECK(c.request("GET", "/healthz").status == 200);
+  f.sink.is_stalled = false;
+  CHECK(c.request("GET", "/readyz").status == 200);
+  // A connection closed (reset) while its publish waits: forgotten, its ticket spent.
+  {
+    http_client gone(f.port());
+    REQUIRE(gone.send(post("/publish", publish_body("t", "2"))));
+    REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 1; }));
+    linger l{1, 0};
+    ::setsockopt(gone.fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  }
+  CHECK(wspush::test::eventually([&] { return f.sink.collected_count() == 2; }));
+  f.sink.settle_all();
+  CHECK(c.request("GET", "/healthz").status == 200);
+}

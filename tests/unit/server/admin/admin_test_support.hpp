@@ -2,7 +2,10 @@
 // Helpers for the admin tests: a publish sink that records its calls, and a blocking HTTP
 // client over a real loopback socket that reads responses one at a time.
 
+#include <atomic>
 #include <cctype>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -52,6 +55,82 @@ struct recording_sink : server::publish_sink {
     return calls;
   }
 };
+
+/// A sink that answers later, as the Redis bus does: topics starting "now" are answered ok at
+/// once, others `pending` until the test settles them (from its own thread, as the bus thread
+/// would). A pending publish the admin API gives up on is timeout, or unavailable for topics
+/// starting "unsent" (it never left).
+struct deferred_sink : server::publish_sink {
+  std::mutex mu;
+  struct entry {
+    std::uint64_t ticket;
+    std::string topic;
+    bool settled = false, collected = false;
+    server::publish_outcome::kind_t kind = server::publish_outcome::ok;
+  };
+  std::vector<entry> entries;
+  server::publish_notify notify;
+  std::string text;
+  std::atomic<bool> is_stalled{false};
+
+  server::publish_outcome publish(std::string_view topic, std::string_view) noexcept override {
+    std::lock_guard lock(mu);
+    if (topic.substr(0, 3) == "now") return {server::publish_outcome::ok, "k3f9:now"};
+    entries.push_back({entries.size() + 1, std::string(topic)});
+    return {server::publish_outcome::pending, {}, entries.size()};
+  }
+  void set_notify(server::publish_notify n) noexcept override {
+    std::lock_guard lock(mu);
+    notify = std::move(n);
+  }
+  server::publish_outcome collect(std::uint64_t ticket) noexcept override {
+    std::lock_guard lock(mu);
+    entry& e = entries.at(ticket - 1);
+    e.collected = true;
+    if (!e.settled) return {e.topic.substr(0, 6) == "unsent" ? server::publish_outcome::unavailable
+                                                              : server::publish_outcome::timeout, {}};
+    text = "k3f9:" + std::to_string(ticket);
+    return {e.kind, e.kind == server::publish_outcome::ok ? std::string_view(text) : std::string_view{}};
+  }
+  bool stalled() const noexcept override { return is_stalled.load(); }
+
+  /// Settles every pending publish not settled yet, as `kind`, and tells the admin thread.
+  void settle_all(server::publish_outcome::kind_t kind = server::publish_outcome::ok) {
+    std::vector<std::uint64_t> done;
+    server::publish_notify n;
+    {
+      std::lock_guard lock(mu);
+      for (entry& e : entries)
+        if (!e.settled) e.settled = true, e.kind = kind, done.push_back(e.ticket);
+      n = notify;
+    }
+    for (std::uint64_t t : done) n(t);
+  }
+  std::size_t pending_count() {
+    std::lock_guard lock(mu);
+    std::size_t k = 0;
+    for (const entry& e : entries) k += !e.settled && !e.collected;
+    return k;
+  }
+  std::size_t collected_count() {
+    std::lock_guard lock(mu);
+    std::size_t k = 0;
+    for (const entry& e : entries) k += e.collected;
+    return k;
+  }
+};
+
+/// Spins (yielding) until `cond` holds, for at most a 10 s safety timeout: false if it never did.
+/// For what another thread does on its own time (the admin thread taking a request).
+template <class F>
+bool eventually(F cond) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 struct http_response {
   int status = 0;  // 0: no complete response (closed or timed out)
