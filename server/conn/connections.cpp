@@ -22,6 +22,7 @@ connections::connections(const conn_options& o, loop_ops& l, transport& t, appli
       _ws(*this) {
   _iov.resize(IOV_MAX);
   _release_later.reserve(64);
+  _stalls.reserve(64);
   _app.bind(*this);
 }
 
@@ -175,6 +176,43 @@ void connections::close_slow_consumer(std::uint32_t slot) noexcept {
   _ws.start_close(slot, proto::close_code::try_again_later, true);
 }
 
+/// A send the kernel may not finish left more than the bound unsent. What waits behind the
+/// frame being written was judged already; the frame itself may be larger than the bound, and
+/// that is no fault while the reader takes it: the watch closes the connection only once the
+/// kernel has taken nothing for stall_seconds (judge_stalls). One watch per queue.
+void connections::watch_stall(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (c.state != conn_state::open || c.tx.bytes() <= _o.max_pending_bytes || !c.tx.watch()) return;
+  _stalls.push_back({token_of(slot), c.tx.taken(), _loop.now()});
+}
+
+/// Once a tick: a watched connection still over the bound that is stuck (the kernel refused
+/// its last send) and of whose queue the kernel took no byte for stall_seconds is a slow
+/// consumer. A watch ends when the connection is back within the bound or no longer open.
+void connections::judge_stalls(std::uint32_t tick) noexcept {
+  const std::uint32_t grace = _loop.ticks_for(stall_seconds);
+  for (std::size_t k = 0; k < _stalls.size();) {
+    stall& s = _stalls[k];
+    const std::uint32_t slot = lookup(s.token);
+    connection* c = slot == no_index ? nullptr : &_table.at(slot);
+    const bool over = c && c->state == conn_state::open && c->tx.bytes() > _o.max_pending_bytes;
+    if (over && c->tx.taken() != s.taken) {  // the reader took something: the wait starts again
+      s.taken = c->tx.taken();
+      s.since = tick;
+    }
+    // `<=`: a whole stall_seconds, whatever part of its tick `since` fell in.
+    if (over && (tick - s.since <= grace || !stuck(*c))) {
+      ++k;
+      continue;
+    }
+    s = _stalls.back();
+    _stalls.pop_back();
+    if (!c) continue;
+    c->tx.unwatch();
+    if (over) close_slow_consumer(slot);
+  }
+}
+
 void connections::list(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   if (c.flags & flag_listed) return;
@@ -207,7 +245,7 @@ void connections::flush(std::uint32_t slot) noexcept {
     if (r.outcome == send_outcome::pending) {
       c.flags |= flag_send_in_flight;
       c.tx.sending(offered, _loop.turn());
-      return;
+      return watch_stall(slot);
     }
     if (r.outcome == send_outcome::failed) return close_now(slot);
     _n.bytes_out.add(r.bytes);
@@ -216,8 +254,8 @@ void connections::flush(std::uint32_t slot) noexcept {
       c.flags |= flag_wait_writable;
       _transport.wait_writable(c.fd, token_of(slot));
       if (c.state == conn_state::open && c.tx.judge(_o.max_pending_bytes, true) == out_queue::verdict::slow)
-        close_slow_consumer(slot);
-      return;
+        return close_slow_consumer(slot);
+      return watch_stall(slot);
     }
   }
   output_drained(slot);

@@ -65,7 +65,10 @@ class connections final : public loop_handler,
   void on_timer(std::uint32_t slot) noexcept override;
   void on_flush(std::uint32_t slot) noexcept override;
   void on_turn() noexcept override { _http.retry(); }
-  void on_tick(std::uint32_t tick) noexcept override { _app.on_tick(tick); }
+  void on_tick(std::uint32_t tick) noexcept override {
+    judge_stalls(tick);
+    _app.on_tick(tick);
+  }
   std::uint64_t on_drain_begin() noexcept override;
   std::uint64_t close_some(std::uint64_t n) noexcept override;
   bool empty() const noexcept override { return _table.size() == 0; }
@@ -120,6 +123,10 @@ class connections final : public loop_handler,
   /// The application took the connection (after a successful on_open).
   void opened(std::uint32_t slot) noexcept;
   bool draining() const noexcept { return _draining; }
+  /// A connection whose unsent output stays over --max-pending-bytes while the kernel takes none
+  /// of it for this long is a slow consumer, whatever the size of the frames that fill it
+  /// (checked every loop tick: closed at most two ticks later).
+  static constexpr double stall_seconds = 1;
 
   const conn_options& options() const noexcept { return _o; }
   loop_ops& loop() noexcept { return _loop; }
@@ -133,6 +140,8 @@ class connections final : public loop_handler,
   void send_ended(std::uint32_t slot, const transport_event& e) noexcept;
   bool stuck(const connection& c) const noexcept;
   void close_slow_consumer(std::uint32_t slot) noexcept;
+  void watch_stall(std::uint32_t slot) noexcept;
+  void judge_stalls(std::uint32_t tick) noexcept;
   void release(std::uint32_t slot) noexcept;
   void leave_count(connection& c) noexcept;
   void refuse_over_capacity(int fd) noexcept;
@@ -148,6 +157,14 @@ class connections final : public loop_handler,
   ws_phase _ws;
   std::vector<iovec> _iov;                // flush scratch
   std::vector<std::uint32_t> _release_later;  // slots that died during a send_all
+  /// A connection over the bound whose send the kernel did not finish, and since when (tick)
+  /// the kernel has taken nothing more of its queue.
+  struct stall {
+    conn_token token;
+    std::uint64_t taken;
+    std::uint32_t since;
+  };
+  std::vector<stall> _stalls;
   bool _in_batch = false;
   bool _draining = false;
   std::uint32_t _drain_cursor = 0;

@@ -104,6 +104,7 @@ void out_queue::consume(std::size_t n) noexcept {
   if (!_block) return;
   header& h = head();
   h.offered = 0;
+  h.taken += n;
   h.bytes -= std::min<std::uint64_t>(n, h.bytes);
   while (n > 0 && h.count > 0) {
     std::size_t left = at(0).bytes().size() - h.offset;

@@ -9,7 +9,9 @@
 // lands within one loop iteration and that a fast reader absorbs must not trip it. So queuing
 // past the bound is "over" (write it out soon), and only a connection the kernel has already
 // refused (a short write, or an asynchronous send still waiting a turn after it was offered)
-// is "slow" while over the bound.
+// is "slow" while over the bound. That verdict weighs what waits behind the frame being
+// written, so one frame larger than the bound is judged by time instead: `taken` counts the
+// bytes the kernel took, and the connection watches it (connections::judge_stalls).
 
 #include <cstdint>
 #include <span>
@@ -69,6 +71,17 @@ class out_queue {
     if (backlog() <= bound) return verdict::ok;
     return stuck ? verdict::slow : verdict::over;
   }
+  /// Bytes the kernel has taken since the queue was last empty: the watch on a connection over
+  /// the bound compares it from tick to tick to see whether the reader still takes anything.
+  std::uint64_t taken() const noexcept { return _block ? head().taken : 0; }
+  /// Marks a non-empty queue as watched; false if it already was (one watch per queue) or is empty.
+  bool watch() noexcept {
+    if (!_block || head().watched) return false;
+    return head().watched = true;
+  }
+  void unwatch() noexcept {
+    if (_block) head().watched = false;
+  }
   /// Unsent bytes behind the first frame.
   std::uint64_t backlog() const noexcept {
     if (!_block || head().count == 0) return 0;
@@ -91,6 +104,8 @@ class out_queue {
     std::uint64_t sent_turn = 0;    // the loop turn that send was issued in
     std::uint64_t popped = 0;       // frames released so far (positions are absolute)
     std::uint64_t pong_at = UINT64_MAX;  // position of the pong that waits unsent, if any
+    std::uint64_t taken = 0;        // bytes the kernel took so far
+    bool watched = false;           // a stall watch follows this queue
   };
   static constexpr std::size_t first_block = 256;
 

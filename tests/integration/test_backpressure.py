@@ -16,7 +16,12 @@ replies count too, and at most one pong waits at a time):
 - --message-timeout covers a frame trickled one byte a second, control frame or data frame
   header alike: closed (1008) while the frame, or the header, is still unfinished. A byte a second
   keeps every gap below the timeout of 2 s, so only a deadline that runs from the first unfinished
-  byte ends it before its last byte; the keepalive (60 s, and the bytes keep it busy) cannot.
+  byte ends it before its last byte; the keepalive (60 s, and the bytes keep it busy) cannot;
+- one event larger than the bound (6 MiB against 1 MiB): ten raw clients with a small receive
+  window that never read are each closed with 1013 once the kernel takes no more of it (the
+  counter rises by ten; before, nothing judged them until a later event came), while a Python
+  `websockets` reader and a raw reader that takes 4 KiB every 2 ms get the event whole and stay
+  open.
 
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
@@ -423,6 +428,116 @@ def trickle(port: int, frame: bytes, message_timeout: float, what: str, whole: i
               f"{'close code %s' % code if code else 'TCP closed without a close frame'})")
 
 
+# ---- A.5: one event larger than the bound ------------------------------------------------------------
+
+def read_paced(client: NonReader, chunk: int, pause: float, hang: float) -> "tuple[bytes | None, str]":
+    """Reads at most `chunk` bytes every `pause` seconds until a data message is whole, then asks
+    for an unsub and waits for its answer: a reader that takes the bytes steadily, slower than
+    the kernel could. Returns (the message's payload, "") or (None, what went wrong)."""
+    buf, sock, deadline = client.rbuf, client.sock, time.monotonic() + hang
+    want = None
+    while time.monotonic() < deadline:
+        frame, used = decode_frame(buf)
+        if frame is not None:
+            del buf[:used]
+            if frame.opcode == OP_CLOSE:
+                return None, f"closed with {parse_close(frame.payload)[0]}"
+            if want is not None:
+                if json.loads(frame.payload).get("op") != "unsubbed":
+                    return None, f"its unsub answered {frame.describe()}"
+                return want, ""
+            want = frame.payload
+            sock.sendall(encode_frame(OP_TEXT, json.dumps({"op": "unsub", "topics": [TOPIC]}).encode()))
+            continue
+        ready, _, _ = select.select([sock], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            data = sock.recv(chunk)
+        except BlockingIOError:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        if not data:
+            return None, f"EOF after {len(buf)} bytes"
+        buf += data
+        time.sleep(pause)
+    return None, f"no whole message within {hang:.0f}s ({len(buf)} bytes)"
+
+
+async def big_event(server: ServerProcess, non_readers: int, size: int, bound: int) -> None:
+    """Two readers and `non_readers` raw clients subscribe to TOPIC; one event of `size` bytes
+    (more than `bound`) is published, and nothing after it. The bound holds whatever the size of
+    the events: every non-reader is closed as a slow consumer on time alone. An event larger than
+    the bound is no fault by itself: a `websockets` reader and a raw reader that takes 4 KiB
+    every 2 ms through a 4 KiB window (about four seconds for the event, its backlog over the
+    bound most of that time) get it whole and stay open."""
+    admin = admin_port(server)
+    reader = await websockets.connect(f"ws://127.0.0.1:{server.port}/ws", max_size=None, max_queue=None,
+                                      ping_interval=None)
+    await reader.send(json.dumps({"op": "sub", "topics": [TOPIC]}))
+    reply = json.loads(await asyncio.wait_for(reader.recv(), scaled(10)))
+    check(reply.get("op") == "subbed", f"reader's sub answered {reply}")
+    paced = await asyncio.to_thread(NonReader, server.port, TOPIC)
+    slow = [await asyncio.to_thread(NonReader, server.port, TOPIC) for _ in range(non_readers)]
+    closes_before = slow_closes(admin)
+    data = "y" * size
+    paced_read = asyncio.create_task(asyncio.to_thread(
+        lambda: (*read_paced(paced, 4096, 0.002, scaled(60)), time.monotonic())))
+    status, text = await asyncio.to_thread(http_request, admin, "POST", "/publish",
+                                           json.dumps({"topic": TOPIC, "data": data}).encode())
+    check(status == 200, f"publishing the {size / MiB:.0f} MiB event answered {status} {text[:200]}")
+    published = time.monotonic()
+    problems = []
+    try:
+        event = json.loads(await asyncio.wait_for(reader.recv(), scaled(30)))
+        if event.get("topic") != TOPIC or event.get("data") != data:
+            problems.append(f"the reader got a different event ({len(event.get('data', ''))} bytes of data)")
+    except (asyncio.TimeoutError, websockets.exceptions.ConnectionClosed) as exc:
+        problems.append(f"the reader did not get the {size / MiB:.0f} MiB event: {type(exc).__name__} "
+                        f"(close code {reader.close_code})")
+    # No later event comes: the non-readers are judged by time alone. The wait only stops a hang.
+    hang = scaled(20)
+    closes = 0.0
+    while time.monotonic() - published < hang:
+        closes = slow_closes(admin) - closes_before
+        if closes >= non_readers:
+            break
+        await asyncio.sleep(0.05)
+    judged = time.monotonic() - published
+    got, why, paced_done = await paced_read
+    paced_took = paced_done - published
+    if got is None:
+        problems.append(f"the paced reader: {why}")
+    elif json.loads(got).get("data") != data:
+        problems.append(f"the paced reader got a different event ({len(got)} bytes)")
+    if closes < non_readers:
+        problems.append(f"{closes:.0f} of {non_readers} non-readers closed as slow consumers {hang:.0f}s after one "
+                        f"{size / MiB:.0f} MiB event (over the {bound / MiB:.0f} MiB bound) that none of them read")
+    else:
+        # What each was sent (the event, whose first bytes had gone out whole), then 1013.
+        results = await asyncio.gather(*(asyncio.to_thread(c.read_until_closed, scaled(30)) for c in slow))
+        codes = sorted({code for code, _, _ in results}, key=str)
+        if codes != [1013]:
+            problems.append(f"the non-readers ended with close codes {codes}, expected 1013 only")
+    try:
+        await reader.send(json.dumps({"op": "unsub", "topics": [TOPIC]}))
+        reply = json.loads(await asyncio.wait_for(reader.recv(), scaled(10)))
+        if reply != {"op": "unsubbed", "topics": [TOPIC]}:
+            problems.append(f"the reader's unsub afterwards answered {reply}")
+    except (websockets.exceptions.ConnectionClosed, asyncio.TimeoutError) as exc:
+        problems.append(f"the reader is no longer usable: {type(exc).__name__} (close code {reader.close_code})")
+    closes = slow_closes(admin) - closes_before
+    if closes > non_readers:
+        problems.append(f"{SLOW_CLOSES} moved by {closes:.0f}, expected {non_readers} (the non-readers only)")
+    await reader.close()
+    for c in [paced, *slow]:
+        c.close()
+    check(not problems, "; ".join(problems))
+    print(f"   ({non_readers} non-readers closed 1013 {judged:.1f}s after the publish; the readers got "
+          f"{size / MiB:.0f} MiB whole, the paced one in {paced_took:.1f}s)")
+
+
 def run(args) -> None:
     quiet = not args.verbose
     findings = Findings()  # every finding is checked and reported, not only the first that fails
@@ -463,6 +578,13 @@ def run(args) -> None:
         step("text frame payload trickled after a whole header closed by --message-timeout", trickle,
              server.port, sock_first, 2.0, "a text frame payload", 6)
         check(server.alive(), "server exited\n" + server.log_tail())
+    # A.5 One 6 MiB event and a 1 MiB bound: a non-reader's kernel takes about 100 KiB of it (a
+    # 4 KiB receive window), and a reader's first write leaves more than the bound behind too
+    # (its socket takes at most 4 MiB at once). The close timeout leaves time to read what each
+    # non-reader was sent before its close frame.
+    with start("--max-pending-bytes", str(MiB), "--max-body-bytes", str(16 * MiB), "--close-timeout", "30") as server:
+        step("bound 1 MiB: one 6 MiB event, readers get it whole, 10 non-readers 1013",
+             asyncio.run, big_event(server, 10, 6 * MiB, MiB))
     findings.done()
 
 

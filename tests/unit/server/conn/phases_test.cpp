@@ -149,6 +149,51 @@ TEST_CASE("phases: a burst over the bound that the kernel takes closes no one bu
   CHECK(h.conns.counters().slow_consumer_closes.get() == 1);
 }
 
+TEST_CASE("phases: one frame larger than the bound goes out while the reader takes bytes; a reader that stops is closed") {
+  conn_options o;
+  o.max_pending_bytes = 64 * 1024;
+  harness h(o);
+  int reading = h.open(), stopped = h.open();
+  h.wire.next_mode = fake_transport::mode::async;
+  int stopped_async = h.open();
+  h.wire.complete(stopped_async, h.conns);  // the 101
+  for (int fd : {reading, stopped}) {
+    h.wire.sockets[fd].how = fake_transport::mode::take_room;
+    h.wire.sockets[fd].room = 8 * 1024;
+  }
+  // One 256 KiB event, and nothing after it: no later queueing judges anyone.
+  pool::lease l = h.buffers.acquire(message_header_room + 256 * 1024);
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, opcode::text, 256 * 1024));
+  conn_id all[] = {h.slot(reading), h.slot(stopped), h.slot(stopped_async)};
+  CHECK(h.conns.send_all(all, pool::frame_ref::adopt(std::move(l))).queued == 3);
+  h.turn();
+  h.turn();  // the asynchronous send has been offered: it is stuck from here on
+  // The reader takes 4 KiB a tick (64 ticks for the event, well past stall_seconds); the others
+  // take nothing. Both of those are closed within two ticks past stall_seconds, the reader never.
+  const std::uint32_t grace = h.loop.ticks_for(connections::stall_seconds);
+  for (std::uint32_t t = 1; t <= grace + 2; ++t) {
+    h.wire.sockets[reading].room += 4 * 1024;
+    h.conns.on_writable(h.wire.sockets[reading].token);
+    h.turn();
+    h.loop.advance(1, h.conns);
+    h.conns.on_tick(h.loop.now());
+    CHECK(h.conns.at(h.slot(reading)).state == conn_state::open);
+    if (t < grace) CHECK(h.conns.counters().slow_consumer_closes.get() == 0);
+  }
+  CHECK(h.conns.at(h.slot(stopped)).state == conn_state::closing);
+  CHECK(h.conns.at(h.slot(stopped_async)).state == conn_state::closing);
+  CHECK(h.conns.counters().slow_consumer_closes.get() == 2);
+  while (!h.conns.at(h.slot(reading)).tx.empty()) {
+    h.wire.sockets[reading].room += 64 * 1024;
+    h.conns.on_writable(h.wire.sockets[reading].token);
+    h.turn();
+  }
+  auto f = h.frames(reading);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].payload.size() == 256 * 1024);
+  CHECK(h.conns.at(h.slot(reading)).state == conn_state::open);
+}
+
 TEST_CASE("phases: a header or control frame trickled byte by byte meets the message timeout") {
   conn_options o;
   o.message_timeout = 2;
