@@ -180,8 +180,10 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.target = wspush::server::bus::parse_redis_url(cfg.bus);  // checked by parse_config
   o.history_size = cfg.history_size;
   o.history_ttl = cfg.history_ttl;
-  log(log_level::info, "bus: Redis at %s; history in its streams: %u events per topic, %gs", o.target.describe().c_str(),
-      cfg.history_size, cfg.history_ttl);
+  // The largest event data either way in: an admin body, a client's message (each holds it).
+  o.max_event_bytes = std::max<std::size_t>(cfg.max_body_bytes, cfg.conn.max_message_bytes);
+  log(log_level::info, "bus: Redis at %s; history in its streams: %u events per topic, %gs; events up to %zu bytes",
+      o.target.describe().c_str(), cfg.history_size, cfg.history_ttl, o.max_event_bytes);
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
 }
 

@@ -11,7 +11,10 @@
 --   wspush:epoch          a random tag made when missing: the data of this Redis (a restart
 --                         that lost it makes a new one, and older ids are known to be lost)
 --   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
---                         written by the nodes from --history-size and --history-ttl
+--                         max_event_bytes (the largest data wspush_publish takes), written by
+--                         the nodes from --history-size, --history-ttl and the larger of
+--                         --max-body-bytes and --max-message-bytes (nodes sharing a Redis
+--                         agree on them: the last one set up wins)
 --   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
@@ -22,8 +25,8 @@ local function now_ms()
 end
 
 local function config()
-  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms')
-  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000
+  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms', 'max_event_bytes')
+  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
 end
 
 local function epoch()
@@ -82,10 +85,14 @@ end
 local function publish(keys, args)
   local topic, data = args[1], args[2]
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
-  if type(data) ~= 'string' or not pcall(cjson.decode, data) then
+  local maxlen, ttl, max_bytes = config()
+  -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
+  if type(data) ~= 'string' or #data > max_bytes then
+    return redis.error_reply('ERR wspush: data larger than max_event_bytes (' .. max_bytes .. ' bytes)')
+  end
+  if not pcall(cjson.decode, data) then
     return redis.error_reply('ERR wspush: data is not one JSON value')
   end
-  local maxlen, ttl = config()
   local e = epoch()
   local stream = 'wspush:stream:' .. topic
   local t = redis.call('TIME')
