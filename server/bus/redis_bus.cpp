@@ -115,7 +115,7 @@ struct redis_bus::waiter {
 struct redis_bus::request {
   enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw } kind = sub;
   std::uint32_t shard = 0;
-  conn_id conn = 0;
+  std::uint64_t tag = 0;  // client_pub: the session's tag
   std::string topic, data;
   std::unique_ptr<pubsub::bus_sub> s;
   std::shared_ptr<waiter> w;
@@ -129,7 +129,8 @@ struct redis_bus::op {
   std::uint64_t pid = 0;
   std::uint32_t index = 0;
   std::uint32_t shard = 0;
-  conn_id conn = 0;
+  std::uint64_t tag = 0;    // client_pub: the session's tag
+  std::size_t bytes = 0;    // client_pub: what it counts in _pub_bytes
   std::string topic;
   std::shared_ptr<waiter> w;
   redis_bus* bus = nullptr;
@@ -192,6 +193,7 @@ bool redis_bus::start(std::string& why) {
   bool fell_back = false;
   if (!_loop.start(false, -1, why, fell_back)) return false;  // epoll: it can watch hiredis's sockets
   _backlog.resize(_ports.size());
+  _pubs_done.resize(_ports.size());
   _running = true;
   _thread = std::thread([this] { _loop.run(*this); });
   return true;
@@ -217,7 +219,7 @@ bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
   if (!up() && _held.load(std::memory_order_relaxed) >= max_held_subs) return false;
   try {
     std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::sub, s->shard, s->conn, {}, {}, std::move(s), {}});
+    _requests.push_back(request{request::sub, s->shard, 0, {}, {}, std::move(s), {}});
   } catch (...) {
     return false;
   }
@@ -260,12 +262,22 @@ bool redis_bus::readable_since(std::string_view id) const noexcept {
   return parse_number(id.substr(colon + 1), seq);
 }
 
-bool redis_bus::publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept {
+/// A client's pub waits for Redis in this node's memory until answered: bounded node-wide by
+/// max_pub_bytes (past it, refused at once), and per connection by the session (it stops
+/// reading a connection with max_pubs_in_flight unanswered).
+bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept {
   if (!up()) return false;
+  const std::size_t bytes = topic.size() + data.size();
+  if (_pub_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > _o.max_pub_bytes) {
+    _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    _n.pubs_refused.add();  // shard threads: a relaxed add may lose a count between two; it is a gauge of trouble
+    return false;
+  }
   try {
     std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::client_pub, shard, c, std::string(topic), std::string(data), {}, {}});
+    _requests.push_back(request{request::client_pub, shard, tag, std::string(topic), std::string(data), {}, {}});
   } catch (...) {
+    _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     return false;
   }
   _loop.wake();
@@ -323,6 +335,16 @@ bus_publish redis_bus::publish_wait(std::string_view topic, std::string_view dat
 void redis_bus::on_turn() noexcept {
   take_requests();
   send_batches();
+  for (std::uint32_t k = 0; k < _pubs_done.size(); ++k) {
+    if (_pubs_done[k].empty()) continue;
+    auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+    if (!r) break;  // the next turn
+    r->kind = pubsub::bus_reply::pubs_done;
+    r->done_tags.swap(_pubs_done[k]);
+    pubsub::event e;
+    e.reply = std::move(r);
+    offer(k, std::move(e));
+  }
   // What the shards' inboxes refused before goes first, in order.
   for (std::size_t k = 0; k < _backlog.size(); ++k) {
     auto& b = _backlog[k];
@@ -702,11 +724,11 @@ void redis_bus::answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pub
 }
 
 /// A client's pub that Redis refused, or that the outage took: the client hears unavailable.
-void redis_bus::pub_failed(std::uint32_t shard, conn_id conn, std::string topic) noexcept {
+void redis_bus::pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic) noexcept {
   auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
   if (!r) return;
   r->kind = pubsub::bus_reply::pub_failed;
-  r->conn = conn;
+  r->pub_tag = tag;
   r->pub_topic = std::move(topic);
   pubsub::event e;
   e.reply = std::move(r);
@@ -766,17 +788,26 @@ void redis_bus::handle_publish(request& r) noexcept {
     r.w->sent = true;            // (a failed send below settles it as unavailable)
   }
   auto* o = new (std::nothrow) op{r.kind == request::admin_pub ? op::admin_pub : op::client_pub};
+  const std::size_t bytes = r.topic.size() + r.data.size();
   if (o) {
     o->shard = r.shard;
-    o->conn = r.conn;
+    o->tag = r.tag;
+    o->bytes = bytes;
     o->w = r.w;
-    if (o->kind == op::client_pub) o->topic = r.topic;
-    if (command({"FCALL", "wspush_publish", "0", r.topic, r.data}, o)) return;
+    if (command({"FCALL", "wspush_publish", "0", r.topic, r.data}, o)) {
+      if (r.kind == request::client_pub) o->topic = std::move(r.topic);  // for its error, if one comes
+      return;
+    }
   }
   // Down (or no memory): the publisher hears it.
   if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
-  if (r.kind == request::client_pub) pub_failed(r.shard, r.conn, r.topic);
+  if (r.kind == request::client_pub) {
+    pub_answered(bytes);
+    pub_failed(r.shard, r.tag, r.topic);
+  }
 }
+
+void redis_bus::pub_answered(std::size_t bytes) noexcept { _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
 
 // ---- replies --------------------------------------------------------------------------------
 
@@ -799,11 +830,15 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       if (o->w) o->w->finish(r == nullptr ? bus_publish::unknown : error ? bus_publish::refused : bus_publish::ok, str(r));
       return;
     case op::client_pub:
-      if (!error || r == nullptr) {
-        if (r == nullptr) break;  // down: reported below
-        return;
+      pub_answered(o->bytes);
+      if (!error && o->shard < _pubs_done.size()) {
+        try {
+          _pubs_done[o->shard].push_back(o->tag);  // answered in one reply per shard (on_turn)
+          return;
+        } catch (...) {
+        }
       }
-      break;
+      break;  // refused, down, or no memory: the client hears unavailable
     case op::replay: {
       if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
       auto it = _pending.find(o->pid);
@@ -839,7 +874,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;
   }
-  pub_failed(o->shard, o->conn, std::move(o->topic));
+  pub_failed(o->shard, o->tag, std::move(o->topic));
 }
 
 /// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.
@@ -1072,7 +1107,8 @@ void redis_bus::setup_command_link() noexcept {
   command({"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
   const std::string maxlen = std::to_string(_o.history_size);
   const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
-  command({"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl}, new op{op::setup});
+  const std::string max_bytes = std::to_string(_o.max_event_bytes);
+  command({"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
   command({"FCALL", "wspush_epoch", "0"}, new op{op::epoch});
 }
 

@@ -75,6 +75,8 @@ struct redis_bus_options {
   redis_target target;
   std::uint32_t history_size = 100;  ///< --history-size: MAXLEN of each topic's stream
   double history_ttl = 300;          ///< --history-ttl: entries older than this are trimmed
+  std::size_t max_event_bytes = 1u << 20;  ///< the largest event data: written into Redis, enforced by wspush_publish
+  std::size_t max_pub_bytes = 64u << 20;   ///< clients' pubs in flight to Redis, node-wide: past it a pub is refused
 };
 
 struct redis_bus_counters {
@@ -89,6 +91,7 @@ struct redis_bus_counters {
   relaxed_counter held;            ///< gauge: subs waiting for Redis to come back
   relaxed_counter lost_notices;    ///< topics announced lost to their subscribers after an outage
   relaxed_counter marks;           ///< marks heard back on the subscriber connection (wspush_mark)
+  relaxed_counter pubs_refused;    ///< clients' pubs refused at once: the node's bound on pubs in flight
 };
 
 /// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:
@@ -119,7 +122,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void release(std::uint32_t shard, std::string_view topic) noexcept override;
   void withdraw(std::uint32_t shard, std::uint64_t request) noexcept override;
   bool readable_since(std::string_view id) const noexcept override;
-  bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept override;
+  bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept override;
 
   /// Any thread but the bus's (the admin API): publishes and waits for Redis's answer, at most
   /// `timeout`. ok: `id` holds the event's id; refused: Redis said no (`id` holds why). A
@@ -197,7 +200,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
-  void pub_failed(std::uint32_t shard, conn_id conn, std::string topic) noexcept;
+  void pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic) noexcept;
+  void pub_answered(std::size_t bytes) noexcept;
   void live(std::string_view topic, std::string_view payload) noexcept;
   void marker(std::string_view payload) noexcept;
   void send_batches() noexcept;
@@ -219,6 +223,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   pool::buffer_pool& _buffers;
   std::vector<pubsub::event_port*> _ports;
   std::vector<std::deque<pubsub::event>> _backlog;  // per shard: what its inbox refused, in order
+  std::vector<std::vector<std::uint64_t>> _pubs_done;  // per shard: clients' pubs Redis took this turn
+  std::atomic<std::size_t> _pub_bytes{0};  // clients' pubs queued or sent, not yet answered (bytes)
   loop _loop;
   std::thread _thread;
   std::atomic<bool> _up{false};

@@ -32,9 +32,10 @@ struct bus_sub {
   std::vector<std::uint8_t> new_hold;  ///< per topic: the shard starts holding it with this sub
 };
 
-/// What comes back for a bus_sub (or for a client's pub that failed).
+/// What comes back for a bus_sub, or for clients' pubs (each pub is answered: done, in a batch,
+/// or failed, alone).
 struct bus_reply {
-  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed } kind = subbed;
+  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done } kind = subbed;
   conn_id conn = 0;
   std::uint64_t request = 0;
   std::vector<std::string> topics;       ///< the sub's topics (its holds stay held: see session)
@@ -42,6 +43,8 @@ struct bus_reply {
   std::vector<std::string> lost;         ///< topics whose history did not reach back to `since`
   std::vector<pool::frame_ref> frames;   ///< the replay, oldest first, topic after topic
   std::string pub_topic;                 ///< pub_failed: the topic of the refused pub
+  std::uint64_t pub_tag = 0;             ///< pub_failed: the tag the session gave it
+  std::vector<std::uint64_t> done_tags;  ///< pubs_done: the tags of pubs Redis took
 };
 
 /// Receives the bus's replies on the shard's thread (the session).
@@ -68,9 +71,10 @@ class bus_port {
   /// read: it is answered `lost`). False: the client's `sub` is bad_request, and nothing is
   /// asked of the bus.
   virtual bool readable_since(std::string_view id) const noexcept = 0;
-  /// A client's pub (shard thread). False: refused at once (down). A failure later comes back
-  /// as a pub_failed reply.
-  virtual bool publish(std::uint32_t shard, conn_id c, std::string_view topic, std::string_view data) noexcept = 0;
+  /// A client's pub (shard thread); `tag` is the session's, handed back in its answer. False:
+  /// refused at once (down, or the node's bound on pubs in flight is reached). Otherwise it is
+  /// answered later: in a pubs_done reply, or a pub_failed one.
+  virtual bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept = 0;
 };
 
 }  // namespace wspush::server::pubsub

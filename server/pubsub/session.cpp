@@ -14,6 +14,10 @@ namespace {
 /// keeps sending what we refuse is broken or abusive, and each refusal costs us a reply.
 constexpr std::uint8_t max_errors_in_a_row = 7;
 constexpr std::uint32_t expire_every_ticks = 20;  // the history's TTL sweep: once a second
+/// Pubs of one connection waiting for Redis: at this many its next messages wait (the kernel
+/// keeps the rest, and TCP slows the client), so a client's flood holds at most this many
+/// messages of the node's memory, plus the node-wide bound of the bus.
+constexpr std::uint16_t max_pubs_in_flight = 16;
 
 /// Writes `topics` into `out` (room for max_topics_per_message) each once, in the order first
 /// named, and returns how many: a topic named twice in one sub is one subscription on either
@@ -73,6 +77,7 @@ void session::on_close(conn_id c) noexcept {
         w.closed = true;  // its answer finds no one (a reused slot is another connection)
         _bus->withdraw(_shard, id);  // and what the bus keeps for it goes now
       }
+    _pubs.erase(c);  // answers to its pubs find no one
   } else if (_fanout.registry().unsubscribe_all(c)) {
     _fanout.count_subscriptions();  // a reused slot starts with no topics
   }
@@ -366,20 +371,54 @@ void session::stop_waiting_for(const std::string& topic) noexcept {
 
 void session::bus_pub(conn_id c) noexcept {
   pubsub_counters& n = _fanout.counters();
-  if (!_bus->publish(_shard, c, _env->topic, _env->data)) {
+  pub_flow* f;
+  try {
+    auto [it, added] = _pubs.try_emplace(c);
+    if (added) it->second.number = _next_flow++;
+    f = &it->second;
+  } catch (const std::bad_alloc&) {
+    n.client_pubs_unavailable.add();
+    return client_error(c, proto::client_error::unavailable, _env->topic);
+  }
+  const std::uint64_t tag = std::uint64_t(f->number) << 32 | c;
+  if (!_bus->publish(_shard, tag, _env->topic, _env->data)) {
+    if (f->in_flight == 0) _pubs.erase(c);
     n.client_pubs_unavailable.add();
     return client_error(c, proto::client_error::unavailable, _env->topic);
   }
   n.client_pubs_ok.add();
+  if (++f->in_flight >= max_pubs_in_flight && !f->held) {
+    f->held = true;
+    _ops->hold(c);  // until Redis answers one (pub_answered)
+  }
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+/// Redis took a client's pub (or it failed: the client hears `unavailable`). A connection held
+/// for its pubs reads again.
+void session::pub_answered(std::uint64_t tag, bool failed, std::string_view topic) noexcept {
+  const auto c = conn_id(tag);
+  auto it = _pubs.find(c);
+  if (it == _pubs.end() || it->second.number != std::uint32_t(tag >> 32)) return;  // it closed
+  pub_flow& f = it->second;
+  if (f.in_flight > 0) --f.in_flight;
+  if (failed) {
+    _fanout.counters().client_pubs_unavailable.add();
+    if (_ops->is_open(c)) client_error(c, proto::client_error::unavailable, topic);
+  }
+  if (f.held && f.in_flight < max_pubs_in_flight) {
+    f.held = false;
+    if (_ops->is_open(c)) _ops->resume(c);
+  }
+  if (f.in_flight == 0 && !f.held) _pubs.erase(it);
 }
 
 /// The bus answered a sub (or refused a pub). Comes through the event inbox: every event
 /// before it was offered to the shard's subscribers before the connection joins them.
 void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
-  if (r->kind == bus_reply::pub_failed) {
-    _fanout.counters().client_pubs_unavailable.add();
-    if (_ops->is_open(r->conn)) client_error(r->conn, proto::client_error::unavailable, r->pub_topic);
+  if (r->kind == bus_reply::pub_failed) return pub_answered(r->pub_tag, true, r->pub_topic);
+  if (r->kind == bus_reply::pubs_done) {
+    for (std::uint64_t tag : r->done_tags) pub_answered(tag, false, {});
     return;
   }
   auto it = _waiting_subs.find(r->request);

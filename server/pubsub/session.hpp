@@ -67,6 +67,7 @@ class session final : public application, private bus_reply_handler {
   void unsubscribe_all(conn_id c) noexcept;
   void wait_for(const std::string& topic);
   void stop_waiting_for(const std::string& topic) noexcept;
+  void pub_answered(std::uint64_t tag, bool failed, std::string_view topic) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
@@ -91,6 +92,17 @@ class session final : public application, private bus_reply_handler {
   std::uint64_t _next_request = 1;
   std::unordered_map<std::uint64_t, waiting_sub> _waiting_subs;
   std::unordered_map<std::string, std::uint32_t> _waiting_topics;
+  // With a bus: per connection with pubs Redis has not answered, how many. At
+  // max_pubs_in_flight the connection is held (read no further) until one is answered. A pub's
+  // tag is its connection and this entry's number, so that an answer finds no one once the
+  // connection has closed, even if its slot is taken again.
+  struct pub_flow {
+    std::uint32_t number = 0;
+    std::uint16_t in_flight = 0;
+    bool held = false;
+  };
+  std::unordered_map<conn_id, pub_flow> _pubs;
+  std::uint32_t _next_flow = 1;
 };
 
 }  // namespace wspush::server::pubsub
