@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The Redis bus under floods: a client's pubs and an event larger than the bound.
+
+Against the real binary and a real redis-server:
+- one connection sending 60 KB pubs as fast as it can, for a bounded time, with Redis healthy
+  and with Redis frozen (SIGSTOP): the node's memory stays within its bounds (16 pubs in flight
+  per connection, then it reads no further: TCP slows the client), every pub is answered
+  (published or refused), and the node goes on once Redis does;
+- an event straight into Redis larger than the nodes' bound (the larger of --max-body-bytes and
+  --max-message-bytes, written into Redis by the nodes): wspush_publish refuses it with a clear
+  error; one at the bound is published and delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+import redis
+import websockets
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_redis import RedisServer  # noqa: E402
+from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until,  # noqa: E402
+                         publish_ok, recv_json, run_main, scaled, subscribe)
+
+FLOOD_SECONDS = 3.0
+PUB_BYTES = 60_000
+
+
+def rss_mb(s: ServerProcess) -> float:
+    with open(f"/proc/{s.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def start_node(args, rs: RedisServer) -> ServerProcess:
+    return ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                         extra=["--bus", rs.url, "--threads", "2", "--allow-client-publish",
+                                "--max-message-bytes", str(128 << 10)]).start()
+
+
+def wait_up(s: ServerProcess) -> None:
+    check(poll_until(lambda: metric(s, "wspush_bus_up") == 1, scaled(30)), "the node's bus did not come up")
+
+
+async def flood(s: ServerProcess, seconds: float) -> "tuple[int, float]":
+    """Sends pubs of PUB_BYTES for `seconds` (a send that does not complete in that time, the
+    node holding the connection, ends it too); returns how many were sent and the node's peak
+    RSS meanwhile."""
+    message = '{"op":"pub","topic":"flood","data":' + json.dumps("x" * PUB_BYTES) + "}"
+    peak = rss_mb(s)
+    sent = 0
+    ws = await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, close_timeout=1,
+                                  max_size=None, write_limit=2 ** 16)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                await asyncio.wait_for(ws.send(message), max(0.01, end - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            sent += 1
+            if sent % 20 == 0:
+                peak = max(peak, rss_mb(s))
+    finally:
+        peak = max(peak, rss_mb(s))
+        ws.transport.abort()
+    return sent, peak
+
+
+async def pub_flood(args) -> None:
+    rs = RedisServer(persistent=False).start()
+    s = start_node(args, rs)
+    try:
+        wait_up(s)
+        # Warm-up: a short flood, so the pools and the allocator find their size; then the base.
+        await flood(s, 0.5)
+        check(poll_until(lambda: metric(s, "wspush_connections") == 0, scaled(20)), "the warm-up connection stayed")
+        base = rss_mb(s)
+        sent, peak = await flood(s, FLOOD_SECONDS)
+        print(f"  Redis healthy: {sent} pubs of {PUB_BYTES} B in {FLOOD_SECONDS:.0f} s; node RSS {base:.1f} -> "
+              f"peak {peak:.1f} MB", file=sys.stderr)
+        check(sent > 0, "the flood sent nothing")
+        # Unbounded, it grew by gigabytes in seconds: the bounds allow 16 pubs per connection
+        # (about 1 MB here), plus what the kernel and the pools hold.
+        check(peak - base < 64, f"a pub flood grew the node {base:.1f} -> {peak:.1f} MB")
+
+        # Redis frozen: the flood is held back by TCP once 16 pubs wait, not queued.
+        rs.proc.send_signal(signal.SIGSTOP)
+        try:
+            base = rss_mb(s)
+            sent, peak = await flood(s, FLOOD_SECONDS)
+            print(f"  Redis frozen: {sent} pubs sent in {FLOOD_SECONDS:.0f} s; node RSS {base:.1f} -> peak {peak:.1f} MB",
+                  file=sys.stderr)
+            check(peak - base < 64, f"a pub flood with Redis frozen grew the node {base:.1f} -> {peak:.1f} MB")
+            # 16 wait for Redis; the rest is in the kernel's buffers (a few MB) or never sent.
+            check(sent < 400, f"{sent} pubs of {PUB_BYTES} B were taken from a client while Redis was frozen")
+        finally:
+            rs.proc.send_signal(signal.SIGCONT)
+        wait_up(s)
+        # Every pub taken was answered: the node serves on.
+        ws = await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None)
+        await subscribe(ws, ["after"])
+        eid = publish_ok(s, "after", 1)
+        e = await recv_json(ws, 30)
+        check(e == {"topic": "after", "id": eid, "data": 1}, f"after the floods: {e}")
+        await ws.close()
+        check(not s.crashed(), "the node crashed")
+    finally:
+        s.kill()
+        rs.close()
+
+
+async def event_bound(args) -> None:
+    rs = RedisServer(persistent=False).start()
+    s = start_node(args, rs)
+    r = redis.Redis(host="127.0.0.1", port=rs.port)
+    try:
+        wait_up(s)
+        bound = int(r.hget("wspush:config", "max_event_bytes"))
+        check(bound == 1 << 20, f"the node wrote max_event_bytes {bound}, not the larger of its bounds (1 MiB)")
+        try:
+            r.fcall("wspush_publish", 0, "big", json.dumps("x" * bound))  # bound + 2 quotes
+            check(False, "wspush_publish took data larger than max_event_bytes")
+        except redis.ResponseError as e:
+            check("larger than max_event_bytes" in str(e), f"the refusal says {e}")
+        check(r.exists("wspush:stream:big") == 0, "the refused event was written")
+        ws = await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, max_size=None)
+        await subscribe(ws, ["big"])
+        data = "x" * (bound - 2)
+        eid = r.fcall("wspush_publish", 0, "big", json.dumps(data)).decode()
+        e = await recv_json(ws, 30)
+        check(e.get("id") == eid and e.get("data") == data, "the event at the bound did not arrive whole")
+        await ws.close()
+        check(not s.crashed(), "the node crashed")
+    finally:
+        r.close()
+        s.kill()
+        rs.close()
+
+
+def main(args) -> None:
+    f = Findings()
+    f.step("a client's pub flood, Redis healthy and frozen", lambda: asyncio.run(pub_flood(args)))
+    f.step("an event larger than the bound, straight into Redis", lambda: asyncio.run(event_bound(args)))
+    f.done()
+
+
+if __name__ == "__main__":
+    run_main(main, arg_parser(__doc__.splitlines()[0]))
