@@ -26,9 +26,9 @@ FILLS = 4  # the flood is worth this many caps by the history's own count
 # What the node may add besides the history while it is full: the admin connection's request
 # and answer buffers (a 1000-line batch is 170 KB, read and answered whole), the blocks in
 # flight to the reactors and back in the pool, each thread's allocator pages. Measured after
-# the fix: 1-3 MB on top of the history's own count.
+# the fix: RSS +9.1 MB for a count of 8 MiB (8.4 MB), under 1 MB on top of it.
 ALLOWANCE = 4 * MiB
-# What may stay after everything expired: pages the allocator keeps for reuse.
+# What may stay after everything expired: pages the allocator keeps for reuse (measured: 0.3 MB).
 SETTLED = 4 * MiB
 
 
