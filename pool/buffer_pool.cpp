@@ -1,5 +1,6 @@
 #include "pool/buffer_pool.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -20,6 +21,7 @@ struct alignas(cache_line) size_class {
   spin_lock lock;
   bool dead = false;  // the buffer_pool is gone: release to the heap
   block_header* free_head = nullptr;
+  std::size_t idle = 0;  // the free list's shortest length since the last trim (under `lock`)
   std::atomic<std::size_t> leased{0};
   std::atomic<std::size_t> cached{0};
   std::atomic<std::uint64_t> heap_allocs{0};
@@ -74,6 +76,7 @@ lease pool_state::acquire(std::size_t min_capacity) noexcept {
   if (b != nullptr) {
     c.free_head = b->next_free;
     bump(c.cached, -1);
+    c.idle = std::min(c.idle, c.cached.load(std::memory_order_relaxed));
   }
   bump(c.leased, 1);  // counted before allocating, so ~buffer_pool sees it
   c.lock.unlock();
@@ -155,6 +158,32 @@ std::size_t buffer_pool::prefill(std::size_t min_capacity, std::size_t count) no
     if (c.cached.load(std::memory_order_relaxed) <= before) break;  // cap reached: it was freed
   }
   return c.cached.load(std::memory_order_relaxed);
+}
+
+std::size_t buffer_pool::trim() noexcept {
+  std::size_t freed = 0;
+  for (std::size_t idx = 0; idx < class_count; ++idx) {
+    auto& c = _state->classes[idx];
+    detail::block_header* list = nullptr;
+    c.lock.lock();
+    std::size_t n = c.dead ? 0 : std::min(c.idle, c.cached.load(std::memory_order_relaxed));
+    for (std::size_t k = 0; k < n; ++k) {  // any n of them: cached blocks are interchangeable
+      detail::block_header* b = c.free_head;
+      c.free_head = b->next_free;
+      b->next_free = list;
+      list = b;
+    }
+    detail::bump(c.cached, -std::ptrdiff_t(n));
+    c.idle = c.cached.load(std::memory_order_relaxed);  // the next period starts with these
+    c.lock.unlock();
+    freed += n * class_size(idx);
+    while (list != nullptr) {  // to the heap outside the lock
+      detail::block_header* next = list->next_free;
+      detail::pool_state::free_block(list);
+      list = next;
+    }
+  }
+  return freed;
 }
 
 buffer_pool::class_stats buffer_pool::stats(std::size_t index) const noexcept {

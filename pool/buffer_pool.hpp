@@ -52,6 +52,10 @@ class buffer_pool {
   }
   /// Data bytes of class `index` (< class_count).
   static constexpr std::size_t class_size(std::size_t index) noexcept { return min_block_size << index; }
+  /// Heap bytes a block of data capacity `capacity` (a class size) occupies. Its 32-byte header
+  /// takes the allocation just past a power of two, where size-class allocators (mimalloc,
+  /// jemalloc) space their classes a quarter of that power apart: 1.25 x capacity.
+  static constexpr std::size_t block_footprint(std::size_t capacity) noexcept { return capacity + capacity / 4; }
 
   /// Allocates the pool's small control state (may throw std::bad_alloc, at start-up).
   explicit buffer_pool(options o = {});
@@ -67,6 +71,12 @@ class buffer_pool {
   /// `count` (bounded by the cap). Warm-up, so the first requests do not allocate.
   /// Returns how many blocks the class caches afterwards.
   std::size_t prefill(std::size_t min_capacity, std::size_t count) noexcept;
+
+  /// Frees the cached blocks that sat idle since the previous trim: per class, as many as its
+  /// free list never went below meanwhile (none of them was needed). Call it on a timer (once a
+  /// second): a burst's blocks then leave the cache within two periods of the burst, while a
+  /// steady load keeps the blocks it cycles through. Returns the bytes freed.
+  std::size_t trim() noexcept;
 
   /// Snapshot of class `index` (< class_count); each field read atomically on its own.
   class_stats stats(std::size_t index) const noexcept;

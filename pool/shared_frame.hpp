@@ -4,6 +4,7 @@
 /// block with an atomic reference count in its header. Copying a frame_ref is one
 /// atomic increment; the last reference returns the block to its pool.
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -47,6 +48,9 @@ class frame_ref {
     if (_blk == nullptr) return {};
     return {_blk->data(), _blk->size};
   }
+
+  /// Bytes of data the block holds room for (its size class): what keeping the frame costs.
+  std::size_t capacity() const noexcept { return _blk != nullptr ? _blk->capacity : 0; }
 
   /// Approximate when other threads copy or drop references concurrently.
   std::uint32_t use_count() const noexcept {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "server/admin/metrics.hpp"
+#include "server/base/heap.hpp"
 #include "server/base/log.hpp"
 #include "server/net/socket_ops.hpp"
 #include "server/reactor/io_backend.hpp"
@@ -122,6 +123,7 @@ class admin_server::loop final : public io_handler {
     while (!_stop.load(std::memory_order_acquire)) {
       _io->poll(*this, poll_timeout(now_ms()));
       expire(now_ms());
+      heap_collect();  // the admin API's publishes are this thread's memory (server/base/heap.hpp)
     }
   }
 

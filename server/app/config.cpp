@@ -182,7 +182,7 @@ const std::vector<option>& options() {
        U32("max-topics-per-connection", session.max_topics_per_connection, 1, 100'000)},
       {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none", U32("history-size", history_size, 0, 1'000'000)},
       {"history-ttl", "SECONDS", "events older than this leave the history", SECS("history-ttl", history_ttl)},
-      {"history-max-bytes", "N", "memory cap of the whole history; past it the oldest events go first",
+      {"history-max-bytes", "N", "memory cap of the whole history (its blocks and bookkeeping as held in the heap); past it the oldest events go first",
        [](const config& c) { return std::to_string(c.history_max_bytes); },
        [](config& c, std::string_view v) {
          c.history_max_bytes = parse_uint<std::uint64_t>("history-max-bytes", v, 65536, std::uint64_t(1) << 40);

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pool/buffer_pool.hpp"
+
 namespace wspush::server::pubsub {
 
 namespace detail {
@@ -29,7 +31,7 @@ struct topic_state {
 };
 using topic_map = std::unordered_map<std::string, topic_state, sv_hash, std::equal_to<>>;
 
-/// One retained publish. Budget: 48 bytes besides the frame itself.
+/// One retained publish. Budget: 56 bytes besides the frame's block.
 struct history_entry {
   pool::frame_ref frame;
   std::uint64_t seq = 0;
@@ -41,8 +43,20 @@ struct history_entry {
 };
 static_assert(sizeof(history_entry) <= 56, "history_entry budget: 56 bytes");
 
-/// Approximate heap bytes of a topic's bookkeeping besides its name (map node, bucket).
-inline constexpr std::size_t topic_overhead = sizeof(topic_map::value_type) + 2 * sizeof(void*);
+/// Heap bytes an allocation of `n` takes: size-class allocators (mimalloc, jemalloc) round up
+/// to 16 bytes, and past 64 to a quarter of the power of two below (a 129-byte name takes 160).
+constexpr std::size_t heap_bytes(std::size_t n) noexcept {
+  std::size_t step = std::max<std::size_t>(16, std::bit_floor(std::max<std::size_t>(n, 1)) / 4);
+  return (n + step - 1) / step * step;
+}
+
+/// What a topic's state costs besides its bucket (counted with the part's arrays): the map's
+/// node (next pointer, key, state) and the key's own buffer when it is too long for the
+/// string's inline one.
+constexpr std::size_t topic_bytes(std::size_t name) noexcept {
+  constexpr std::size_t inline_chars = 15;  // libstdc++'s short-string buffer
+  return heap_bytes(sizeof(void*) + sizeof(topic_map::value_type)) + (name > inline_chars ? heap_bytes(name + 1) : 0);
+}
 
 struct history_part {
   mutable std::mutex mu;
@@ -53,6 +67,7 @@ struct history_part {
   std::uint64_t seq = 0;
   std::uint64_t dropped_floor = 0;  // newest seq lost by a topic whose state was dropped
   std::atomic<std::uint64_t> oldest_stamp{UINT64_MAX};  // read without the lock by enforce_cap
+  std::size_t arrays = 0;  // bytes of `entries` and of the map's buckets, as counted in n.bytes
   history_stats n;  // entries, bytes, topics, appends, evictions of this part
 };
 
@@ -82,7 +97,42 @@ bool expired(const history_entry& e, std::uint64_t ttl_ns, std::uint64_t now_ns)
   return ttl_ns != 0 && now_ns > e.time_ns && now_ns - e.time_ns >= ttl_ns;
 }
 
-std::size_t entry_bytes(const history_entry& e) noexcept { return sizeof(history_entry) + e.frame.bytes().size(); }
+/// The entry's block as the heap holds it: an encoder sized for the worst case leaves a block
+/// larger than the frame, and the history keeps all of it. (The slot itself is counted with
+/// the part's arrays.)
+std::size_t entry_bytes(const history_entry& e) noexcept {
+  return pool::buffer_pool::block_footprint(e.frame.capacity());
+}
+
+void add_bytes(history_part& p, std::size_t n, std::atomic<std::uint64_t>& total) noexcept {
+  p.n.bytes += n;
+  total.fetch_add(n, std::memory_order_relaxed);
+}
+
+void sub_bytes(history_part& p, std::size_t n, std::atomic<std::uint64_t>& total) noexcept {
+  p.n.bytes -= n;
+  total.fetch_sub(n, std::memory_order_relaxed);
+}
+
+/// Brings the count of the part's arrays (entry slots and map buckets, at their capacity: a
+/// slot an eviction freed keeps its memory) up to date after they grew or were released.
+void recount_arrays(history_part& p, std::atomic<std::uint64_t>& total) noexcept {
+  std::size_t buckets = p.topics.bucket_count() > 1 ? p.topics.bucket_count() : 0;  // one is inline
+  std::size_t now = p.entries.capacity() * sizeof(history_entry) + buckets * sizeof(void*);
+  if (now == p.arrays) return;  // the common case: nothing grew
+  if (now > p.arrays) add_bytes(p, now - p.arrays, total);
+  else sub_bytes(p, p.arrays - now, total);
+  p.arrays = now;
+}
+
+/// A part left with no entry gives its arrays back: a burst of topics does not leave its
+/// high-water mark of slots and buckets behind.
+void release_arrays(history_part& p, std::atomic<std::uint64_t>& total) noexcept {
+  std::vector<history_entry>().swap(p.entries);
+  p.free = none;
+  topic_map().swap(p.topics);
+  recount_arrays(p, total);
+}
 
 void count_eviction(history_stats& n, evict_cause why) noexcept {
   if (why == evict_cause::size) ++n.evicted_size;
@@ -92,8 +142,8 @@ void count_eviction(history_stats& n, evict_cause why) noexcept {
 
 /// Removes the oldest entry of topic `t` (the part's FIFO may hold it anywhere: a size
 /// eviction takes a topic's oldest, which is not the part's oldest). When it was the
-/// topic's last entry the topic's state goes too, its floor kept in dropped_floor, and
-/// `t` is dangling: the return value says so.
+/// topic's last entry the topic's state goes too, its floor kept in dropped_floor (and with
+/// the part's last entry its arrays), and `t` is dangling: the return value says so.
 bool remove_head(history_part& p, topic_map::value_type* t, evict_cause why, std::atomic<std::uint64_t>& total) noexcept {
   topic_state& ts = t->second;
   std::uint32_t k = ts.head;
@@ -107,7 +157,7 @@ bool remove_head(history_part& p, topic_map::value_type* t, evict_cause why, std
   if (e.newer != none) p.entries[e.newer].older = e.older;
   else p.newest = e.older;
   p.oldest_stamp.store(p.oldest != none ? p.entries[p.oldest].stamp : UINT64_MAX, std::memory_order_relaxed);
-  std::size_t freed = entry_bytes(e);
+  sub_bytes(p, entry_bytes(e), total);
   --p.n.entries;
   count_eviction(p.n, why);
   e.frame.reset();
@@ -118,12 +168,11 @@ bool remove_head(history_part& p, topic_map::value_type* t, evict_cause why, std
   bool dropped = ts.count == 0;
   if (dropped) {
     p.dropped_floor = std::max(p.dropped_floor, ts.floor);
-    freed += t->first.size() + detail::topic_overhead;
+    sub_bytes(p, detail::topic_bytes(t->first.size()), total);
     --p.n.topics;
     p.topics.erase(p.topics.find(std::string_view(t->first)));
+    if (p.n.entries == 0) release_arrays(p, total);
   }
-  p.n.bytes -= freed;
-  total.fetch_sub(freed, std::memory_order_relaxed);
   return dropped;
 }
 
@@ -150,26 +199,28 @@ std::uint32_t take_entry(history_part& p) {
 /// none when memory ran out; then `t` is the topic only if it already had entries.
 std::uint32_t take_slot(history_part& p, std::string_view topic, topic_map::value_type*& t,
                         std::atomic<std::uint64_t>& total) noexcept {
-  const std::size_t topic_bytes = topic.size() + detail::topic_overhead;
+  const std::size_t topic_bytes = detail::topic_bytes(topic.size());
   try {
     auto it = p.topics.find(topic);  // no key string built for a topic that exists
     if (it == p.topics.end()) {
       it = p.topics.try_emplace(std::string(topic)).first;
       it->second.floor = p.dropped_floor;  // what an earlier state of this topic lost
       ++p.n.topics;
-      p.n.bytes += topic_bytes;
-      total.fetch_add(topic_bytes, std::memory_order_relaxed);
+      add_bytes(p, topic_bytes, total);
     }
     t = &*it;
-    return take_entry(p);
+    std::uint32_t k = take_entry(p);
+    recount_arrays(p, total);
+    return k;
   } catch (...) {
     if (t != nullptr && t->second.count == 0) {
-      p.n.bytes -= topic_bytes;
-      total.fetch_sub(topic_bytes, std::memory_order_relaxed);
+      sub_bytes(p, topic_bytes, total);
       --p.n.topics;
       p.topics.erase(p.topics.find(topic));
       t = nullptr;
     }
+    if (p.n.entries == 0) release_arrays(p, total);
+    else recount_arrays(p, total);  // the map may have grown its buckets before the throw
     return none;
   }
 }
@@ -197,8 +248,7 @@ void link_entry(history_part& p, topic_map::value_type* t, std::uint32_t k, pool
   ts.last = seq;
   ++ts.count;
   ++p.n.entries;
-  p.n.bytes += entry_bytes(e);
-  total.fetch_add(entry_bytes(e), std::memory_order_relaxed);
+  add_bytes(p, entry_bytes(e), total);
 }
 
 }  // namespace
@@ -318,15 +368,19 @@ replay_result history::replay_impl(std::string_view topic, std::string_view sinc
   return r;
 }
 
-void history::expire(std::uint64_t now_ns) noexcept {
-  if (_o.ttl_ns == 0) return;
+std::size_t history::expire(std::uint64_t now_ns) noexcept {
+  if (_o.ttl_ns == 0) return 0;
+  std::size_t released = 0;
   for (std::uint32_t i = 0; i <= _mask; ++i) {
     history_part& p = _parts[i];
     std::lock_guard lock(p.mu);
+    std::uint64_t before = p.n.bytes;
     // The FIFO is in append order, so the expired entries are a prefix of it.
     while (p.oldest != none && expired(p.entries[p.oldest], _o.ttl_ns, now_ns))
       remove_head(p, p.entries[p.oldest].topic, evict_cause::ttl, _bytes);
+    released += std::size_t(before - p.n.bytes);
   }
+  return released;
 }
 
 history_stats history::stats() const noexcept {

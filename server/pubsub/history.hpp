@@ -16,7 +16,10 @@
 /// out refcount bumps, never a copy or a re-encoding.
 ///
 /// Limits: `size_per_topic` entries per topic (oldest first), `ttl_ns` of age, and
-/// `max_bytes` for the whole history. The memory cap evicts the globally oldest entries:
+/// `max_bytes` for the whole history. The memory cap counts the heap the history holds: each
+/// entry's whole pooled block (not only the frame's bytes in it), each topic's map node and
+/// name, and each part's arrays (entry slots, map buckets) at their capacity; a part that
+/// empties gives its arrays back. The memory cap evicts the globally oldest entries:
 /// every entry gets a stamp from one process-wide counter, each part keeps its entries in
 /// append order (a FIFO) and publishes its oldest stamp, and an append that pushes the total
 /// over the cap evicts, one part at a time, from the part whose oldest stamp is smallest.
@@ -45,7 +48,7 @@ namespace wspush::server::pubsub {
 struct history_options {
   std::uint32_t size_per_topic = 100;           ///< --history-size; 0 keeps nothing (ids still issued)
   std::uint64_t ttl_ns = 300'000'000'000ull;    ///< --history-ttl; 0: no age limit
-  std::size_t max_bytes = std::size_t{256} << 20;  ///< global cap (frames + bookkeeping)
+  std::size_t max_bytes = std::size_t{256} << 20;  ///< global cap (blocks + bookkeeping, as the heap holds them)
   std::uint32_t parts = 16;                     ///< parts; rounded up to a power of two
   std::string epoch;                            ///< empty: random; tests fix it
 };
@@ -54,7 +57,7 @@ enum class evict_cause : std::uint8_t { size, ttl, memory };
 
 struct history_stats {
   std::uint64_t entries = 0;
-  std::uint64_t bytes = 0;  ///< what the memory cap counts
+  std::uint64_t bytes = 0;  ///< what the memory cap counts (heap bytes held, estimated)
   std::uint64_t topics = 0;
   std::uint64_t appends = 0;
   std::uint64_t evicted_size = 0, evicted_ttl = 0, evicted_memory = 0;
@@ -131,8 +134,9 @@ class history {
   }
 
   /// Drops every entry older than the TTL (call it from a timer, e.g. once a second).
-  /// Appends and replays also expire the entries of the topic they touch.
-  void expire(std::uint64_t now_ns) noexcept;
+  /// Appends and replays also expire the entries of the topic they touch. Returns the bytes
+  /// (as counted against max_bytes) it released.
+  std::size_t expire(std::uint64_t now_ns) noexcept;
 
   /// Sums every part (locks each in turn; a consistent total only when nothing runs).
   history_stats stats() const noexcept;

@@ -5,6 +5,7 @@
 
 #include "proto/ws_frame.hpp"
 #include "server/base/clock.hpp"
+#include "server/base/heap.hpp"
 #include "server/base/log.hpp"
 
 namespace wspush::server::pubsub {
@@ -90,7 +91,14 @@ void session::on_expired(conn_id c) noexcept {
 }
 
 void session::on_tick(std::uint32_t tick) noexcept {
-  if (_expire_history && !_bus && tick % expire_every_ticks == 0) _hub.events().expire(monotonic_ns());
+  if (tick % expire_every_ticks != 0) return;
+  if (_expire_history && !_bus) {
+    // What expired went back to the pool, whose blocks idle for a whole second go to the heap,
+    // most of it allocated by whichever thread published (see server/base/heap.hpp).
+    std::size_t freed = _hub.events().expire(monotonic_ns());
+    heap_released(freed + _ops->buffers().trim());
+  }
+  heap_collect();  // a shard that published (clients' `pub`) owns what the history frees
 }
 
 /// Frames a JSON text written by `encode(std::span<char>) -> bytes` (at most `bound`) and

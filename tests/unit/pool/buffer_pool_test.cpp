@@ -155,6 +155,30 @@ TEST_CASE("buffer_pool: cached bytes per class are capped", "[buffer_pool]") {
   CHECK(pool.prefill(100, 100) == 4);
 }
 
+TEST_CASE("buffer_pool: trim frees the blocks that sat idle a whole period, not the ones in use",
+          "[buffer_pool]") {
+  buffer_pool pool;
+  {
+    std::vector<lease> burst;
+    for (int i = 0; i < 100; ++i) burst.push_back(pool.acquire(100));
+  }
+  REQUIRE(pool.stats(0).cached == 100);
+  CHECK(pool.trim() == 0);  // the period that ends here saw them all taken: none idle throughout
+  // A steady load takes and returns up to 10 at a time during the next period.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<lease> in_use;
+    for (int i = 0; i < 10; ++i) in_use.push_back(pool.acquire(100));
+  }
+  CHECK(pool.trim() == 90 * 256);  // 90 never left the free list
+  CHECK(pool.stats(0).cached == 10);
+  CHECK(pool.trim() == 10 * 256);  // and the last 10 were not needed in the period after
+  CHECK(pool.stats(0).cached == 0);
+  CHECK(pool.trim() == 0);
+  lease again = pool.acquire(100);  // from the heap again
+  CHECK(again);
+  CHECK(pool.stats(0).heap_allocs == 101);
+}
+
 TEST_CASE("buffer_pool: no heap allocation per lease in steady state", "[buffer_pool][alloc]") {
   buffer_pool pool;
   const std::size_t sizes[] = {10, 256, 700, 4096, 65536, 1u << 20};

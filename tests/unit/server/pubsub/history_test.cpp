@@ -192,26 +192,16 @@ TEST_CASE("history: entries expire after the TTL, on replay, append and expire()
 }
 
 TEST_CASE("history: the memory cap evicts the oldest entries across all topics first") {
-  // Measure what one entry costs in the cap's accounting, then allow ten of them.
-  std::uint64_t one = 0, topic_cost = 0;
-  {
-    history probe(opts());
-    framer f;
-    publish(probe, f, "t00", 0, 200);
-    publish(probe, f, "t00", 0, 200);
-    one = probe.stats().bytes;
-    publish(probe, f, "t00", 0, 200);
-    one = probe.stats().bytes - one;
-    topic_cost = probe.stats().bytes - 3 * one;
-  }
-  // Ids grow from one digit to two: allow two bytes more per entry, far less than an entry.
-  const std::uint64_t cap = 10 * (one + 2) + 4 * topic_cost;
+  // Frames in 4 KiB blocks: the cap holds ten of them and half a block for the rest (four
+  // topics' nodes, the parts' slots and buckets: about 1.5 KB), never eleven.
+  const std::size_t block = pool::buffer_pool::block_footprint(4096);
+  const std::uint64_t cap = 10 * block + block / 2;
   history h(opts(100, 0, cap));
   framer f;
   std::vector<std::pair<std::string, std::string>> order;  // (topic, id) in publish order
   for (int i = 0; i < 30; ++i) {
     std::string topic = "t0" + std::to_string(i % 4);
-    order.emplace_back(topic, publish(h, f, topic, 0, 200));
+    order.emplace_back(topic, publish(h, f, topic, 0, 3000));
   }
   history_stats s = h.stats();
   CHECK(s.bytes <= cap);
@@ -229,6 +219,55 @@ TEST_CASE("history: the memory cap evicts the oldest entries across all topics f
     kept += present;
   }
   CHECK(kept == 10);
+}
+
+namespace {
+
+/// A frame of `used` bytes in a block of at least `capacity`: what an encoder sized for the
+/// worst case hands the history.
+pool::frame_ref roomy_frame(pool::buffer_pool& buffers, std::size_t used, std::size_t capacity) {
+  pool::lease l = buffers.acquire(capacity);
+  std::memset(l.data(), 'x', used);
+  l.set_size(used);
+  return pool::frame_ref::adopt(std::move(l));
+}
+
+}  // namespace
+
+TEST_CASE("history: the bytes counted include the frame's whole block, not only its bytes") {
+  history h(opts());
+  pool::buffer_pool buffers;
+  REQUIRE(h.append("a", 0, [&](std::string_view, std::uint64_t) { return roomy_frame(buffers, 10, 4096); }).ok);
+  // 10 bytes used, but the history holds the 4 KiB block (and its header) until it evicts it.
+  CHECK(h.stats().bytes >= 4096 + 32);
+}
+
+TEST_CASE("history: the memory cap evicts by what the blocks hold") {
+  const std::size_t cap = 64 << 10;
+  history h(opts(100, 0, cap));
+  pool::buffer_pool buffers;
+  for (int i = 0; i < 100; ++i) {
+    std::string topic = "topic:" + std::to_string(i);
+    REQUIRE(h.append(topic, 0, [&](std::string_view, std::uint64_t) { return roomy_frame(buffers, 10, 4096); }).ok);
+  }
+  history_stats s = h.stats();
+  CHECK(s.bytes <= cap);
+  CHECK(s.entries <= cap / 4096);  // each holds a 4 KiB block, whatever its 10 bytes say
+  CHECK(s.evicted_memory == 100 - s.entries);
+  // The blocks evicted went back to the pool: only the retained ones are out.
+  CHECK(buffers.stats(pool::buffer_pool::class_index(4096)).leased == s.entries);
+}
+
+TEST_CASE("history: an emptied history counts nothing") {
+  history h(opts(100, 10 * sec));
+  framer f;
+  for (int i = 0; i < 1000; ++i) publish(h, f, "topic:" + std::to_string(i), 1 * sec);
+  CHECK(h.stats().bytes > 1000 * 256);
+  h.expire(20 * sec);
+  history_stats s = h.stats();
+  CHECK(s.entries == 0);
+  CHECK(s.topics == 0);
+  CHECK(s.bytes == 0);  // the entry slots and topic buckets went with the last entry
 }
 
 TEST_CASE("history: lost for foreign epochs, malformed ids and ids ahead of the topic") {
@@ -304,9 +343,10 @@ TEST_CASE("history: replay up to what the reactor fanned out meets live delivery
 
 TEST_CASE("history: concurrent appends and replays stay ordered and consistent") {
   history_options o = opts(16);
-  // An entry here counts 40-60 bytes: 3 KiB holds fewer than the 8 x 16 entries the per-topic
-  // limit allows, and topic 0 takes half the appends, so both limits bite.
-  o.max_bytes = 3 << 10;
+  // An entry here counts its 256-byte block (320 with header and allocator): 24 KiB holds
+  // fewer than the 8 x 16 entries the per-topic limit allows, and topic 0 takes half the
+  // appends, so both limits bite.
+  o.max_bytes = 24 << 10;
   history h(o);
   const int writers = 4, per_writer = 3000, topics = 8;
   std::atomic<bool> stop{false};
