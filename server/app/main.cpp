@@ -180,6 +180,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.target = wspush::server::bus::parse_redis_url(cfg.bus);  // checked by parse_config
   o.history_size = cfg.history_size;
   o.history_ttl = cfg.history_ttl;
+  o.redis_timeout = cfg.redis_timeout;
   log(log_level::info, "bus: Redis at %s; history in its streams: %u events per topic, %gs", o.target.describe().c_str(),
       cfg.history_size, cfg.history_ttl);
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
