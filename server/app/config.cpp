@@ -161,6 +161,10 @@ const std::vector<option>& options() {
          }
          c.bus = v;
        }},
+      {"redis-timeout", "SECONDS",
+       "with --bus=redis://...: a command Redis has not answered within this marks the bus stalled "
+       "(/readyz 503, wspush_bus_stalled 1); an idle link is pinged every second",
+       SECS("redis-timeout", redis_timeout)},
       {"reuseport", "", "let several wspush processes share the listening port (SO_REUSEPORT)",
        [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
        [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},

@@ -32,6 +32,7 @@ struct config {
   std::string jwt_secret;       // from --jwt-secret, or read from --jwt-secret-file
   bool reuseport = false;
   std::string bus;  // empty: the embedded bus; else redis://[:password@]host:port[/db]
+  double redis_timeout = 3;  // a command unanswered this long: the Redis bus is stalled
   std::string tls_cert, tls_key;  // both: the public listener speaks TLS (wss://, https://)
   kernel_tls_mode kernel_tls = kernel_tls_mode::automatic;
   std::uint32_t history_size = 100;   // per topic

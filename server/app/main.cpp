@@ -182,6 +182,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.history_ttl = cfg.history_ttl;
   // The largest event data either way in: an admin body, a client's message (each holds it).
   o.max_event_bytes = std::max<std::size_t>(cfg.max_body_bytes, cfg.conn.max_message_bytes);
+  o.redis_timeout = cfg.redis_timeout;
   log(log_level::info, "bus: Redis at %s; history in its streams: %u events per topic, %gs; events up to %zu bytes",
       o.target.describe().c_str(), cfg.history_size, cfg.history_ttl, o.max_event_bytes);
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);

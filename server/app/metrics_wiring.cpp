@@ -93,6 +93,7 @@ void register_lag_series(metrics_registry& m, const std::vector<shard*>& shards)
 void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vector<shard*>& shards) {
   bus::redis_bus* p = &b;
   m.add_gauge_fn("wspush_bus_up", [p] { return p->up() ? 1.0 : 0.0; });
+  m.add_gauge_fn("wspush_bus_stalled", [p] { return p->stalled() ? 1.0 : 0.0; });
   m.add_gauge_fn("wspush_bus_topics", [p] { return double(p->counters().topics.get()); });
   m.add_gauge_fn("wspush_bus_held_subs", [p] { return double(p->counters().held.get()); });
   m.add_counter_fn("wspush_bus_lost_notices_total", [p] { return double(p->counters().lost_notices.get()); });
@@ -102,6 +103,7 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
   m.add_gauge_fn("wspush_bus_waiting_topics", pubsub_sum(shards, &pubsub::pubsub_counters::waiting_topics));
   m.add_counter_fn("wspush_bus_events_total", [p] { return double(p->counters().events_in.get()); });
   m.add_counter_fn("wspush_bus_malformed_total", [p] { return double(p->counters().malformed.get()); });
+  m.add_counter_fn("wspush_bus_protocol_errors_total", [p] { return double(p->counters().protocol_errors.get()); });
   m.add_counter_fn("wspush_bus_reconnects_total", [p] { return double(p->counters().reconnects.get()); });
   m.add_counter_fn("wspush_bus_commands_total", [p] { return double(p->counters().subscribes.get()); }, {},
                    {{"command", "subscribe"}});

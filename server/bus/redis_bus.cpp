@@ -5,11 +5,10 @@
 #include <cstring>
 #include <random>
 
-#include <hiredis/hiredis.h>
-
 #include "proto/envelope.hpp"
 #include "proto/topic.hpp"
 #include "proto/ws_frame.hpp"
+#include "server/base/clock.hpp"
 #include "server/base/log.hpp"
 
 namespace wspush::server::bus {
@@ -71,8 +70,9 @@ id_key key_of(std::string_view id) noexcept {
   return k;
 }
 
-std::string_view str(const redisReply* r) noexcept {
-  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
+std::string_view str(const resp::reply* r) noexcept {
+  using enum resp::reply_type;
+  return r && (r->type == string || r->type == status || r->type == error)
              ? std::string_view(r->str, r->len)
              : std::string_view{};
 }
@@ -168,30 +168,47 @@ struct redis_bus::pending {
   std::vector<part> parts;
 };
 
-// ---- hiredis callbacks ----------------------------------------------------------------------
+// ---- the links' callbacks -------------------------------------------------------------------
 
 namespace {
 
-void reply_cb(redisAsyncContext*, void* reply, void* priv) {
+void reply_cb(const resp::reply* reply, void* priv) noexcept {
   auto* o = static_cast<redis_bus::op*>(priv);
   o->bus->on_reply(o, reply);
 }
 
-void sub_cb(redisAsyncContext*, void* reply, void* priv) { static_cast<redis_bus*>(priv)->on_sub_message(reply); }
+/// What a reply from Redis may hold (a bound past it drops the link, see redis_link.hpp). A bulk
+/// string: one event's data plus its id and a space (a `message`'s payload), with room to spare.
+/// An array: a replay's `lost` flag and id/data pairs for at most history_size entries, plus
+/// slack. Nesting: replies and pushes the bus reads are flat; 4 leaves room. The bytes of one
+/// reply: what a replay of a whole history of events of the largest size holds (a replay is read
+/// in one reply today), at least 4 MiB. Nothing is reserved from a header: a reply costs memory
+/// only as its bytes arrive.
+resp::limits reply_limits(const redis_bus_options& o) noexcept {
+  resp::limits l;
+  l.max_bulk = std::size_t(o.max_event_bytes) + 256;
+  l.max_elements = 2 * std::size_t(o.history_size) + 16;
+  l.max_depth = 4;
+  l.max_total = std::max<std::size_t>(4u << 20, (std::size_t(o.history_size) + 1) * l.max_bulk) +
+                l.max_elements * sizeof(resp::reply) + (64 << 10);
+  return l;
+}
 
 }  // namespace
 
 // ---- set-up and shutdown --------------------------------------------------------------------
 
 redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
-    : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}), _sub(_loop, key_sub, *this), _cmd(_loop, key_cmd, *this),
+    : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}),
+      _sub(_loop, key_sub, *this, {true, reply_limits(_o), &_n.protocol_errors}),
+      _cmd(_loop, key_cmd, *this, {false, reply_limits(_o), &_n.protocol_errors}),
       _node_channel(std::string(node_prefix) + random_node_id()) {}
 
 redis_bus::~redis_bus() { stop(); }
 
 bool redis_bus::start(std::string& why) {
   bool fell_back = false;
-  if (!_loop.start(false, -1, why, fell_back)) return false;  // epoll: it can watch hiredis's sockets
+  if (!_loop.start(false, -1, why, fell_back)) return false;  // epoll: it can watch the links' sockets
   _backlog.resize(_ports.size());
   _pubs_done.resize(_ports.size());
   _running = true;
@@ -361,6 +378,7 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
   if (_up.load(std::memory_order_relaxed) && !_mark_in_flight &&
       (std::int32_t(tick - _next_mark_tick) >= 0 || !_unfloored.empty()))
     send_mark();
+  watch_stall();
 }
 
 void redis_bus::send_mark() noexcept {
@@ -390,6 +408,25 @@ void redis_bus::mark_arrived(std::string_view payload) noexcept {
     if (it != _topics.end() && it->second.state == topic_state::active) it->second.floored = true;
   }
   _unfloored.clear();
+}
+
+/// Each tick: an idle link is pinged every second, and a command unanswered for longer than
+/// --redis-timeout marks the bus stalled (readiness reads stalled()) until an answer comes or
+/// the link drops.
+void redis_bus::watch_stall() noexcept {
+  constexpr std::uint64_t ping_after_ns = 1'000'000'000;
+  const std::uint64_t now = monotonic_ns();
+  _sub.keepalive(now, ping_after_ns);
+  _cmd.keepalive(now, ping_after_ns);
+  const std::uint64_t waited = std::max(_sub.waiting_ns(now), _cmd.waiting_ns(now));
+  const bool stalled = double(waited) > _o.redis_timeout * 1e9;
+  if (stalled == _stalled.load(std::memory_order_relaxed)) return;
+  _stalled.store(stalled, std::memory_order_release);
+  if (stalled)
+    log(log_level::warn, "bus: %s has not answered a command for %.1fs (--redis-timeout %gs): stalled",
+        _o.target.describe().c_str(), double(waited) / 1e9, _o.redis_timeout);
+  else
+    log(log_level::info, "bus: %s is no longer stalled (answered, or the link dropped)", _o.target.describe().c_str());
 }
 
 void redis_bus::on_ready(std::uint64_t key, bool r, bool w) noexcept {
@@ -555,7 +592,7 @@ void redis_bus::send_batches() noexcept {
         argv.push_back(channels.back().data());
         lens.push_back(channels.back().size());
       }
-      if (!_sub.command(int(argv.size()), argv.data(), lens.data(), sub_cb, this)) return;
+      if (!_sub.command(int(argv.size()), argv.data(), lens.data(), nullptr, nullptr)) return;
       (verb == "SUBSCRIBE" ? _n.subscribes : _n.unsubscribes).add();
       _awaiting += n;
     }
@@ -811,10 +848,9 @@ void redis_bus::pub_answered(std::size_t bytes) noexcept { _pub_bytes.fetch_sub(
 
 // ---- replies --------------------------------------------------------------------------------
 
-void redis_bus::on_reply(op* o, void* raw) noexcept {
+void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
   std::unique_ptr<op> hold(o);
-  auto* r = static_cast<redisReply*>(raw);
-  const bool error = r == nullptr || r->type == REDIS_REPLY_ERROR;
+  const bool error = r == nullptr || r->type == resp::reply_type::error;
   switch (o->kind) {
     case op::setup:
     case op::epoch:
@@ -844,7 +880,7 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
       auto it = _pending.find(o->pid);
       if (it == _pending.end()) return;
       pending& p = it->second;
-      if (error || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+      if (error || r->type != resp::reply_type::array || r->elements < 1 || r->element[0]->type != resp::reply_type::integer) {
         if (r != nullptr && !error) _n.malformed.add();
         if (error && r != nullptr)
           log_ratelimited(log_level::warn, "bus: a replay of %.*s failed: %.*s", int(p.parts[o->index].topic.size()),
@@ -878,9 +914,8 @@ void redis_bus::on_reply(op* o, void* raw) noexcept {
 }
 
 /// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.
-void redis_bus::on_sub_message(void* raw) noexcept {
-  auto* r = static_cast<redisReply*>(raw);
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+void redis_bus::on_sub_message(const resp::reply* r) noexcept {
+  if (r == nullptr || r->type != resp::reply_type::array || r->elements < 3) return;
   const std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
   if (kind == "message") {
     const std::string_view payload = str(r->element[2]);
@@ -1121,7 +1156,7 @@ void redis_bus::setup_subscriber_link() noexcept {
   }
   const char* argv[] = {"SUBSCRIBE", _node_channel.c_str()};
   std::size_t lens[] = {9, _node_channel.size()};
-  _sub.command(2, argv, lens, sub_cb, this);
+  _sub.command(2, argv, lens, nullptr, nullptr);  // answered by pushes: on_push
   for (auto& [topic, ts] : _topics) {
     if (ts.holders == 0) continue;
     ts.state = topic_state::subscribing;
@@ -1138,7 +1173,7 @@ void redis_bus::setup_refused(std::string_view error) noexcept {
   if (!_refusal.empty()) return;  // the first refusal closes it; the others say the same
   _refusal = "Redis refused the set-up: " + std::string(error);
   log_ratelimited(log_level::error, "bus: %s; trying again", _refusal.c_str());
-  _cmd.disconnect();  // from its own callback: hiredis closes once the pending replies are in
+  _cmd.disconnect();  // from its own callback: the link closes once the pending replies are in
 }
 
 void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {

@@ -1,6 +1,6 @@
 #pragma once
 // The Redis bus (--bus=redis://...): how nodes share publishes and history. One thread runs
-// a wspush loop (epoll) with two hiredis connections on it: one subscribed (pub/sub mode),
+// a wspush loop (epoll) with two connections on it (redis_link): one subscribed (pub/sub mode),
 // one for commands. No other thread talks to Redis, and no shard ever waits for it.
 //
 //   publish (any node's admin API, a client's pub, or a backend straight into Redis):
@@ -67,16 +67,17 @@
 #include "server/pubsub/event.hpp"
 #include "server/reactor/loop.hpp"
 
-struct redisAsyncContext;
-
 namespace wspush::server::bus {
 
 struct redis_bus_options {
   redis_target target;
   std::uint32_t history_size = 100;  ///< --history-size: MAXLEN of each topic's stream
   double history_ttl = 300;          ///< --history-ttl: entries older than this are trimmed
-  std::size_t max_event_bytes = 1u << 20;  ///< the largest event data: written into Redis, enforced by wspush_publish
+  /// The largest event data: written into Redis (wspush_publish refuses more), and what
+  /// bounds the replies the node accepts.
+  std::size_t max_event_bytes = 1u << 20;
   std::size_t max_pub_bytes = 64u << 20;   ///< clients' pubs in flight to Redis, node-wide: past it a pub is refused
+  double redis_timeout = 3;          ///< --redis-timeout: a command unanswered this long: stalled()
 };
 
 struct redis_bus_counters {
@@ -92,6 +93,7 @@ struct redis_bus_counters {
   relaxed_counter lost_notices;    ///< topics announced lost to their subscribers after an outage
   relaxed_counter marks;           ///< marks heard back on the subscriber connection (wspush_mark)
   relaxed_counter pubs_refused;    ///< clients' pubs refused at once: the node's bound on pubs in flight
+  relaxed_counter protocol_errors; ///< replies that broke RESP, a bound or the order: link dropped
 };
 
 /// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:
@@ -118,6 +120,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
 
   // bus_port
   bool up() const noexcept override { return _up.load(std::memory_order_acquire); }
+  /// Any thread: a command has waited longer than redis_timeout for Redis's answer (updated
+  /// every tick by the bus thread).
+  bool stalled() const noexcept { return _stalled.load(std::memory_order_acquire); }
   bool subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept override;
   void release(std::uint32_t shard, std::string_view topic) noexcept override;
   void withdraw(std::uint32_t shard, std::uint64_t request) noexcept override;
@@ -140,16 +145,14 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   /// spent either way. Past the wait: unknown when it was handed to Redis, else unavailable
   /// (withdrawn: it is never sent).
   bus_publish publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout);
-  /// Redis has left a command unanswered for longer than it may (/readyz says bus_stalled).
-  bool stalled() const noexcept { return _stalled.load(std::memory_order_relaxed); }
 
   const redis_bus_counters& counters() const noexcept { return _n; }
   const redis_target& target() const noexcept { return _o.target; }
 
-  // Internal (hiredis callbacks).
+  // Internal (the links' callbacks).
   struct op;
-  void on_reply(op* o, void* reply) noexcept;
-  void on_sub_message(void* reply) noexcept;
+  void on_reply(op* o, const resp::reply* r) noexcept;
+  void on_sub_message(const resp::reply* r) noexcept;
 
  private:
   struct waiter;
@@ -176,6 +179,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   // redis_link::listener
   void on_link_up(redis_link& l) noexcept override;
   void on_link_down(redis_link& l, const std::string& why) noexcept override;
+  void on_push(redis_link&, const resp::reply& r) noexcept override { on_sub_message(&r); }
+  void watch_stall() noexcept;
 
   void take_requests() noexcept;
   void handle(request& r) noexcept;

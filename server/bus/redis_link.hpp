@@ -1,12 +1,29 @@
 #pragma once
-// One hiredis asynchronous connection driven by a wspush loop: hiredis reads and writes its
-// socket itself; the loop tells it when (io_backend::watch, epoll). No thread of its own.
+// One connection to Redis driven by a wspush loop (io_backend::watch, epoll): the link owns its
+// non-blocking socket, its output buffer, a bounded input buffer and a bounded RESP parser
+// (resp.hpp), and matches replies to the commands it sent, in order. No thread of its own.
+//
+// Why not hiredis's asynchronous context: it aborts the process (assert) on a reply nobody
+// waits for, or on a push of a shape it does not expect, and its reader reserves whatever a
+// header claims. Whatever Redis (or anything between) sends, a link never crashes the node and
+// never holds more than its bounds: a reply it cannot match, a push that is not a push, a
+// protocol error or a bound exceeded is counted, logged, and drops the link (on_link_down with
+// what was wrong); its owner reconnects.
+//
+// A subscriber link (pub/sub mode): SUBSCRIBE and UNSUBSCRIBE are answered by one push per
+// channel, and once subscribed a PING by a `pong` push; these pushes, and every `message`, go
+// to listener::on_push. Commands sent before subscribing (AUTH) are answered in order as usual.
+//
+// Stalls: a link knows when its oldest unanswered command was sent (waiting_ns), and keepalive()
+// sends a PING on a link that has been quiet, so a Redis that stops answering shows.
 
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 
-#include <hiredis/async.h>
-
+#include "server/base/counter.hpp"
+#include "server/bus/resp.hpp"
 #include "server/reactor/loop.hpp"
 
 namespace wspush::server::bus {
@@ -21,10 +38,23 @@ class redis_link {
     /// The connection failed or ended (`why` for the log); the link is idle again. Callbacks
     /// of commands still pending have been called with a null reply before this.
     virtual void on_link_down(redis_link& l, const std::string& why) noexcept = 0;
+    /// A subscriber link's push (`message`, `subscribe`, `unsubscribe`, `pong`), its shape
+    /// checked: an array of 2 (pong) or 3 elements, the first a bulk string. Valid for the call.
+    virtual void on_push(redis_link&, const resp::reply&) noexcept {}
+  };
+
+  /// A command's answer: `r` null when the connection ended first. `r` is valid for the call.
+  using reply_fn = void (*)(const resp::reply* r, void* priv) noexcept;
+
+  struct options {
+    bool subscriber = false;      ///< pub/sub mode: pushes (see above)
+    resp::limits limits;          ///< what one reply may hold
+    relaxed_counter* protocol_errors = nullptr;  ///< counts replies that broke the protocol or a bound
   };
 
   /// `key`: what the loop's on_ready carries for this link's socket.
-  redis_link(loop& l, std::uint64_t key, listener& owner) noexcept : _loop(l), _key(key), _owner(owner) {}
+  redis_link(loop& l, std::uint64_t key, listener& owner, options o) noexcept
+      : _loop(l), _key(key), _owner(owner), _o(o), _parser(o.limits) {}
   ~redis_link();
   redis_link(const redis_link&) = delete;
   redis_link& operator=(const redis_link&) = delete;
@@ -32,38 +62,60 @@ class redis_link {
   /// Starts connecting (non-blocking). False (with `why`) when it could not even start; else
   /// on_link_up or on_link_down follows.
   bool connect(const std::string& host, int port, std::string& why) noexcept;
-  /// Ends the connection: on_link_down follows (pending callbacks get a null reply).
+  /// Ends the connection once every command sent has its answer (none is accepted meanwhile):
+  /// on_link_down("disconnected") follows.
   void disconnect() noexcept;
   /// Drops the connection at once, without on_link_down (pending callbacks get a null reply).
-  /// Not from inside one of this link's own callbacks.
   void abort() noexcept;
-  bool connected() const noexcept { return _ac != nullptr && _up; }
-  bool idle() const noexcept { return _ac == nullptr; }
+  bool connected() const noexcept { return _up && !_closing; }
+  bool idle() const noexcept { return _fd < 0; }
 
-  /// Queues a command; `fn(ac, reply, priv)` runs when it is answered (reply null: the
-  /// connection ended first). False when not connected.
-  bool command(int argc, const char** argv, const std::size_t* lens, redisCallbackFn* fn, void* priv) noexcept;
+  /// Queues a command; `fn(reply, priv)` runs when it is answered (or with null when the
+  /// connection ends first). `fn` may be null. On a subscriber link a command answered by
+  /// pushes never calls `fn` with a reply. False when not connected.
+  bool command(int argc, const char** argv, const std::size_t* lens, reply_fn fn, void* priv) noexcept;
 
   /// The loop says the socket is ready.
   void on_ready(bool readable, bool writable) noexcept;
   std::uint64_t key() const noexcept { return _key; }
 
+  /// How long the oldest unanswered command has waited (0: none waits).
+  std::uint64_t waiting_ns(std::uint64_t now_ns) const noexcept;
+  /// Sends a PING when the link is up, nothing waits and nothing was sent for `quiet_ns`.
+  void keepalive(std::uint64_t now_ns, std::uint64_t quiet_ns) noexcept;
+
  private:
-  static void add_read(void* p);
-  static void del_read(void* p);
-  static void add_write(void* p);
-  static void del_write(void* p);
-  static void cleanup(void* p);
-  static void on_connect(const redisAsyncContext* ac, int status);
-  static void on_disconnect(const redisAsyncContext* ac, int status);
+  struct pending {
+    reply_fn fn;
+    void* priv;
+    std::uint64_t sent_ns;
+    std::uint32_t pushes;  // subscriber link: pushes that answer it (0: one reply, in order)
+  };
+
+  void connected_now() noexcept;
+  void read_some() noexcept;
+  bool write_some() noexcept;
+  bool dispatch(const resp::reply& r) noexcept;
+  bool dispatch_push(const resp::reply& r) noexcept;
+  void answered() noexcept;
+  void broke(const char* what, std::string_view detail = {}) noexcept;
+  void close_now(bool tell, const std::string& why) noexcept;
   void rewatch() noexcept;
 
   loop& _loop;
   const std::uint64_t _key;
   listener& _owner;
-  redisAsyncContext* _ac = nullptr;
+  const options _o;
   int _fd = -1;
-  bool _read = false, _write = false, _up = false;
+  bool _up = false, _closing = false, _subscribed = false, _want_write = false;
+  bool _dispatching = false;     // a reply of the parser's is being read: its reset waits
+  std::uint64_t _gen = 0;        // changes whenever the connection ends: callbacks may end it
+  std::uint64_t _last_sent_ns = 0;
+  std::string _out;              // encoded commands not yet written, from _out_at
+  std::size_t _out_at = 0;
+  std::unique_ptr<char[]> _in;   // one read's bytes (in_size): the parser keeps what it needs
+  std::deque<pending> _pending;
+  resp::parser _parser;
 };
 
 }  // namespace wspush::server::bus

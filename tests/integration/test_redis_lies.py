@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""What a node does when "Redis" breaks the protocol: a Python server speaking RESP sets the node's
+bus up correctly (FUNCTION LOAD, HSET, FCALL wspush_epoch on the command connection, SUBSCRIBE on
+the subscriber connection, publishes and markers delivered), then, one step at a time, lies:
+
+- an unsolicited `+OK`, then an unsolicited `:1`, on the command connection;
+- a one-element push `*1 message` and a push whose first element is an integer on the subscriber
+  connection;
+- `*2147483647` (an array header of 2^31-1 elements) on the command connection;
+- seven nested array headers on the subscriber connection;
+- a `$1073741824` bulk header followed by data (at most ~50 MB, until the node closes).
+
+After each: the node still runs (/healthz 200), a client's WebSocket connection stays open (ping,
+pong), the node's RSS stayed within a few MB of where it was (sampled through the step),
+`wspush_bus_protocol_errors_total` rose, the log says what was wrong and that the link was
+dropped, and the bus reconnects (`wspush_bus_reconnects_total`, a new connection to the server).
+
+And a stall: the server stops answering (it still accepts bytes); `wspush_bus_stalled` turns 1 and
+/readyz 503 within about `--redis-timeout` (1 s here), and both come back once it answers again.
+At the end a publish still goes through the bus to the subscriber that stayed.
+Exit 0 pass, 1 fail, 77 io_uring unavailable.
+"""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_ports import reserve_port  # noqa: E402
+from wsp_testlib import (OP_TEXT, Findings, RawWebSocket, ServerProcess, TestFailure, admin_port,  # noqa: E402
+                         arg_parser, check, metric, publish_ok, run_main, scaled)
+
+RSS_SLACK_MB = 8  # "a few MB": what one step may leave behind (allocator noise), far below the attack
+
+
+# ---- a RESP server that answers the node's set-up, and lies on demand -----------------------------
+
+def bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def push(*parts) -> bytes:
+    out = b"*%d\r\n" % len(parts)
+    for p in parts:
+        out += b":%d\r\n" % p if isinstance(p, int) else bulk(p)
+    return out
+
+
+class Conn:
+    def __init__(self, server: "LyingRedis", sock: socket.socket):
+        self.server, self.sock = server, sock
+        self.role = ""  # "cmd" at FUNCTION LOAD, "sub" at SUBSCRIBE
+        self.channels: "set[bytes]" = set()
+        self.wlock = threading.Lock()
+        self.closed = False
+
+    def send(self, data: bytes) -> bool:
+        with self.wlock:
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                self.closed = True
+                return False
+
+    def commands(self):
+        """The node's commands: arrays of bulk strings."""
+        buf = b""
+
+        def need(n: int) -> bool:
+            nonlocal buf
+            while len(buf) < n:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return False
+                buf += chunk
+            return True
+
+        def line() -> "bytes | None":
+            nonlocal buf
+            while b"\r\n" not in buf:
+                if not need(len(buf) + 1):
+                    return None
+            i = buf.index(b"\r\n")
+            out, buf = buf[:i], buf[i + 2:]
+            return out
+
+        while True:
+            head = line()
+            if head is None or not head.startswith(b"*"):
+                return
+            args = []
+            for _ in range(int(head[1:])):
+                h = line()
+                if h is None:
+                    return
+                n = int(h[1:])
+                if not need(n + 2):
+                    return
+                args.append(buf[:n])
+                buf = buf[n + 2:]
+            yield args
+
+    def run(self) -> None:
+        try:
+            for args in self.commands():
+                self.server.answering.wait()  # a stall: bytes are read, nothing is answered
+                if not self.send(self.server.answer(self, args)):
+                    break
+        except OSError:
+            pass
+        self.closed = True
+        self.sock.close()
+
+
+class LyingRedis:
+    def __init__(self):
+        self.port = reserve_port()
+        self.lsock = socket.create_server(("127.0.0.1", self.port))
+        self.cond = threading.Condition()
+        self.conns: "list[Conn]" = []
+        self.accepted = {"cmd": 0, "sub": 0}
+        self.answering = threading.Event()
+        self.answering.set()
+        self.seq = 0
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def accept_loop(self) -> None:
+        while True:
+            try:
+                sock, _ = self.lsock.accept()
+            except OSError:
+                return
+            c = Conn(self, sock)
+            with self.cond:
+                self.conns.append(c)
+            threading.Thread(target=c.run, daemon=True).start()
+
+    def took_role(self, c: Conn, role: str) -> None:
+        if c.role:
+            return
+        with self.cond:
+            c.role = role
+            self.accepted[role] += 1
+            self.cond.notify_all()
+
+    def deliver(self, channel: bytes, payload: bytes) -> int:
+        with self.cond:
+            subs = [c for c in self.conns if c.role == "sub" and not c.closed and channel in c.channels]
+        for c in subs:
+            c.send(push(b"message", channel, payload))
+        return len(subs)
+
+    def answer(self, c: Conn, args) -> bytes:
+        verb = args[0].upper()
+        if verb in (b"SUBSCRIBE", b"UNSUBSCRIBE"):
+            self.took_role(c, "sub")
+            out = b""
+            for ch in args[1:]:
+                (c.channels.add if verb == b"SUBSCRIBE" else c.channels.discard)(ch)
+                out += push(verb.lower(), ch, len(c.channels))
+            return out
+        if verb == b"PING":
+            return push(b"pong", b"") if c.role == "sub" else b"+PONG\r\n"
+        if verb == b"FUNCTION":
+            self.took_role(c, "cmd")
+            return bulk(b"wspush")
+        if verb == b"HSET":
+            return b":2\r\n"
+        if verb == b"PUBLISH":
+            return b":%d\r\n" % self.deliver(args[1], args[2])
+        if verb == b"FCALL" and args[1] == b"wspush_epoch":
+            return bulk(b"fakeepoch")
+        if verb == b"FCALL" and args[1] == b"wspush_publish":
+            self.seq += 1
+            eid = b"fakeepoch:%d-0" % self.seq
+            self.deliver(b"wspush:topic:" + args[3], eid + b" " + args[4])
+            return bulk(eid)
+        if verb == b"FCALL" and args[1] == b"wspush_replay":
+            return b"*1\r\n:0\r\n"  # nothing missed, nothing lost
+        return b"+OK\r\n"
+
+    def current(self, role: str) -> Conn:
+        with self.cond:
+            live = [c for c in self.conns if c.role == role and not c.closed]
+        check(bool(live), f"no {role} connection from the node")
+        return live[-1]
+
+    def flood(self, role: str, header: bytes, limit: int) -> int:
+        """`header`, then data until the node closes or `limit` bytes went out; returns the bytes sent."""
+        c = self.current(role)
+        sent = 0
+        chunk = b"x" * 65536
+        with c.wlock:
+            c.sock.settimeout(scaled(10))
+            try:
+                c.sock.sendall(header)
+                while sent < limit:
+                    sent += c.sock.send(chunk)
+            except OSError:  # reset, broken pipe, or the node reads no more (timeout)
+                pass
+        return sent
+
+    def close(self) -> None:
+        self.lsock.close()
+        with self.cond:
+            conns = list(self.conns)
+        for c in conns:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+# ---- the node -------------------------------------------------------------------------------------
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise TestFailure(f"no VmRSS in /proc/{pid}/status")
+
+
+class PeakRss:
+    """Samples a process's VmRSS every 10 ms while a step runs: a reservation the node gives back
+    before the step ends is still seen."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, rss_mb(self.pid))
+            except (OSError, TestFailure):
+                return
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> "PeakRss":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def http_status(s: ServerProcess, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}{path}", timeout=scaled(5)) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def wait_until(what: str, cond, s: ServerProcess, seconds: float = 15) -> None:
+    """Polls `cond` (a real observable: a metric, the fake server's state); fails if the node dies or
+    the generous deadline passes."""
+    deadline = time.monotonic() + scaled(seconds)
+
+    def holds() -> bool:
+        try:
+            return cond()
+        except OSError:  # the admin listener refused: the node is gone (checked next) or busy
+            return False
+
+    while not holds():
+        check(s.alive(), f"the node died (exit {s.proc.poll()}) while waiting for {what}\n" + s.log_tail())
+        check(time.monotonic() < deadline, f"{what}: not within {scaled(seconds):.0f}s\n" + s.log_tail())
+        time.sleep(0.02)
+
+
+class Rig:
+    """One node on the lying server with one subscribed client; started again if a step killed it
+    (so every lie is tried, and reported, even on a node that dies of the first)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.fake = LyingRedis()
+        self.node = None
+        self.ws = None
+
+    def ensure(self) -> None:
+        if self.node is not None and self.node.alive():
+            return
+        if self.node is not None:
+            print(f"  (the node died: exit {self.node.proc.poll()}; starting another)", flush=True)
+            self.node.kill()
+        self.node = ServerProcess(self.args.server, io=self.args.io, mode="pubsub", quiet=not self.args.verbose,
+                                  extra=["--bus", self.fake.url, "--threads", "1", "--redis-timeout", "1"]).start()
+        self.wait_up()
+        self.ws = RawWebSocket(self.node.port).open()
+        self.ws.send_frame(OP_TEXT, json.dumps({"op": "sub", "topics": ["lies"]}).encode())
+        reply = json.loads(self.ws.recv_frame().payload)
+        check(reply.get("op") == "subbed", f"sub answered {reply}")
+
+    def wait_up(self) -> None:
+        wait_until("the bus up", lambda: metric(self.node, "wspush_bus_up") == 1, self.node, 30)
+
+    def client_open(self, what: str) -> None:
+        self.ws.send_frame(0x9, b"still?")
+        f = self.ws.recv_frame()
+        check(f.opcode == 0xA and f.payload == b"still?", f"{what}: the client got {f.describe()} for its ping")
+
+    def lie(self, name: str, role: str, send, expect_log: str) -> None:
+        self.ensure()
+        s = self.node
+        errors0 = metric(s, "wspush_bus_protocol_errors_total")
+        reconnects0 = metric(s, "wspush_bus_reconnects_total")
+        accepted0 = self.fake.accepted[role]
+        log0 = len(s.log)
+        rss0 = rss_mb(s.proc.pid)
+        with PeakRss(s.proc.pid) as peak:
+            detail = send()
+            try:
+                wait_until("wspush_bus_protocol_errors_total to rise",
+                           lambda: metric(s, "wspush_bus_protocol_errors_total") > errors0, s)
+                wait_until(f"a new {role} connection", lambda: self.fake.accepted[role] > accepted0, s)
+                wait_until("wspush_bus_reconnects_total to rise",
+                           lambda: metric(s, "wspush_bus_reconnects_total") > reconnects0, s)
+                self.wait_up()
+            finally:
+                rss1 = rss_mb(s.proc.pid) if s.alive() else float("nan")
+                print(f"  {name}: RSS {rss0:.1f} MB before, {rss1:.1f} MB after, peak {peak.peak:.1f} MB"
+                      f"{detail if isinstance(detail, str) else ''}", flush=True)
+        check(http_status(s, "/healthz") == 200, "/healthz is not 200")
+        self.client_open(name)
+        check(peak.peak - rss0 <= RSS_SLACK_MB, f"RSS rose from {rss0:.1f} to a peak of {peak.peak:.1f} MB")
+        check(rss1 - rss0 <= RSS_SLACK_MB, f"RSS rose from {rss0:.1f} to {rss1:.1f} MB")
+        s.wait_for_log(expect_log, scaled(5), what=f"a log line matching {expect_log!r}", start=log0)
+
+    def stall(self) -> None:
+        self.ensure()
+        s = self.node
+        log0 = len(s.log)
+        check(http_status(s, "/readyz") == 200 and metric(s, "wspush_bus_stalled") == 0, "not ready before the stall")
+        self.fake.answering.clear()
+        try:
+            # --redis-timeout 1 and a PING every second: about 2 s; the deadline only stops a hang.
+            wait_until("wspush_bus_stalled 1", lambda: metric(s, "wspush_bus_stalled") == 1, s)
+            wait_until("/readyz 503", lambda: http_status(s, "/readyz") == 503, s)
+            s.wait_for_log(r"bus: .*(stall|not answered)", scaled(5), what="the stall in the log", start=log0)
+            check(http_status(s, "/healthz") == 200, "/healthz is not 200 during the stall")
+            self.client_open("during the stall")
+        finally:
+            self.fake.answering.set()
+        wait_until("wspush_bus_stalled 0", lambda: metric(s, "wspush_bus_stalled") == 0, s)
+        wait_until("/readyz 200", lambda: http_status(s, "/readyz") == 200, s)
+
+    def still_serves(self) -> None:
+        self.ensure()
+        eid = publish_ok(self.node, "lies", {"n": 1})
+        f = self.ws.recv_frame()
+        e = json.loads(f.payload)
+        check(e == {"topic": "lies", "id": eid, "data": {"n": 1}}, f"the subscriber got {e}")
+
+
+def main(args) -> None:
+    rig = Rig(args)
+    f = Findings()
+    dropped = r"bus: lost redis://\S+ \(.*{}.*\); reconnecting"
+    try:
+        f.step("an unsolicited +OK on the command connection",
+               lambda: rig.lie("+OK", "cmd", lambda: rig.fake.current("cmd").send(b"+OK\r\n"),
+                               dropped.format("no command waiting")))
+        f.step("an unsolicited :1 on the command connection",
+               lambda: rig.lie(":1", "cmd", lambda: rig.fake.current("cmd").send(b":1\r\n"),
+                               dropped.format("no command waiting")))
+        f.step("a push *1 message on the subscriber connection",
+               lambda: rig.lie("*1 message", "sub", lambda: rig.fake.current("sub").send(b"*1\r\n$7\r\nmessage\r\n"),
+                               dropped.format("push")))
+        f.step("a push whose first element is an integer",
+               lambda: rig.lie("integer push", "sub",
+                               lambda: rig.fake.current("sub").send(b"*3\r\n:1\r\n$1\r\na\r\n$1\r\nb\r\n"),
+                               dropped.format("push")))
+        f.step("*2147483647 on the command connection",
+               lambda: rig.lie("*2147483647", "cmd", lambda: rig.fake.current("cmd").send(b"*2147483647\r\n"),
+                               dropped.format("elements")))
+        f.step("seven nested array headers on the subscriber connection",
+               lambda: rig.lie("7 nested arrays", "sub",
+                               lambda: rig.fake.current("sub").send(b"*16\r\n" * 7),
+                               dropped.format("nest")))
+
+        def big_bulk():
+            sent = rig.fake.flood("cmd", b"$1073741824\r\n", 50 << 20)
+            return f"; {sent / 1e6:.1f} MB sent after the header"
+        f.step("a $1073741824 bulk and data", lambda: rig.lie("$1073741824", "cmd", big_bulk, dropped.format("bulk")))
+        f.step("Redis stalls: stalled, /readyz 503, then back", rig.stall)
+        f.step("a publish still reaches the subscriber that stayed", rig.still_serves)
+        f.done()
+    finally:
+        rig.fake.close()
+
+
+if __name__ == "__main__":
+    run_main(main, arg_parser(__doc__.splitlines()[0]))
