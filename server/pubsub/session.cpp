@@ -130,7 +130,9 @@ void session::on_message(conn_id c, message& m) noexcept {
 
 void session::client_error(conn_id c, proto::client_error e, std::string_view topic) noexcept {
   _fanout.counters().client_errors.add();
-  auto errors = std::uint8_t(_ops->app_bits(c) + 1);
+  // `unavailable` is the node's state (its bus is away), not the client's fault, and a client
+  // sends such a sub again until Redis is back: it must not close the connection.
+  auto errors = std::uint8_t(_ops->app_bits(c) + (e == proto::client_error::unavailable ? 0 : 1));
   reply(c, 64 + 6 * topic.size(), [&](std::span<char> out) { return proto::encode_error(e, topic, out); });
   if (errors > max_errors_in_a_row) {
     log_ratelimited(log_level::info, "closing a connection after %u refused messages in a row", unsigned(errors));

@@ -6,6 +6,7 @@
 //   c.subscribe("mailbox:42", (event) => show(event.data));   // event = {topic, id, data}
 //   c.on("state", (s) => ...);   // connecting, open, reconnecting, auth_failed, closed
 //   c.on("lost", (topics) => ...);   // history no longer reaches back: resynchronise
+//   c.on("subscription", ({topic, state}) => ...);   // c.topicState(topic), below
 //   c.close();
 //
 // Behaviour a million tabs sharing one server need (DESIGN.md "Browser client"):
@@ -16,8 +17,18 @@
 // - asks for the heartbeat a page can see (?heartbeat=1), answers {"op":"ping"}, and reconnects
 //   when it has heard nothing for heartbeatTimeout;
 // - refreshes its token in-band ({"op":"auth"}) at a jittered point late in the token's life;
-//   a 1008 close or a refused upgrade makes it ask getToken once, and if that fails it stops
-//   with "auth_failed".
+//   a 1008 close (with a token) or a refused upgrade makes it ask getToken once, and if that
+//   fails it stops with "auth_failed";
+// - sends a `sub` refused with `unavailable` (the server's bus could not take it: Redis away)
+//   again after a full-jitter delay from a window of 0.5 s doubling to 30 s, for the topics the
+//   page still wants, until one is answered `subbed` (which resets the window) or the connection
+//   is replaced (the new one subscribes everything anyway). Other refusals (forbidden,
+//   too_many_subscriptions, bad_request) are not retried on that connection. The page sees each
+//   refusal as "error" ({code, topic}) and where each topic stands as c.topicState(topic):
+//   "subscribing" (asked, or to be asked once connected), "subscribed" (answered `subbed` on this
+//   connection), "retrying" (refused `unavailable`, asked again after the delay), "refused"
+//   (another refusal) or null (not subscribed by the page); every change is a "subscription"
+//   event ({topic, state}).
 
 /* global globalThis */
 
@@ -65,6 +76,9 @@ class WsPush {
   ///                               pong timeout 10 s + a margin)
   ///   refreshAt       [from, to]: fractions of the token's life at which to refresh (default
   ///                   [0.75, 0.9], a uniform draw)
+  ///   retryBaseDelay, retryMaxDelay   the window a `sub` refused `unavailable` is sent again
+  ///                   after, ms (default 500 and 30000): the n-th retry in a row waits a uniform
+  ///                   draw from [0, min(max, base * 2^n)]
   ///   random          () => [0, 1): for tests
   constructor(url, options = {}) {
     this._url = url;
@@ -77,12 +91,19 @@ class WsPush {
     this._heartbeat = options.heartbeatTimeout ?? 45000;
     this._refreshAt = options.refreshAt ?? [0.75, 0.9];
     this._random = options.random ?? Math.random;
-    this._topics = new Map(); // topic -> {callbacks: Set, since: last id or null}
+    this._retryBase = options.retryBaseDelay ?? 500;
+    this._retryMax = options.retryMaxDelay ?? 30000;
+    this._topics = new Map(); // topic -> {callbacks: Set, since: last id or null, state}
+    // What this connection asked and the server has not answered yet, oldest first: the server
+    // answers a connection's sub, unsub and auth each once, in order, so an answer (subbed,
+    // unsubbed, authed or error) is always the head's. A sub's entry is its topic list.
+    this._asked = [];
+    this._retryAttempt = 0; // retries in a row since a sub was last answered `subbed`
     this._listeners = new Map(); // event name -> Set of callbacks
     this._ws = null;
     this._state = "closed";
     this._attempt = 0;
-    this._timers = { reconnect: null, heartbeat: null, refresh: null };
+    this._timers = { reconnect: null, heartbeat: null, refresh: null, retry: null };
     this._closedByUser = false;
     this._askedForToken = false; // getToken was asked after a refusal and not yet confirmed
     this._connect();
@@ -92,14 +113,22 @@ class WsPush {
     return this._state;
   }
 
+  /// Where the subscription to `topic` stands: "subscribing", "subscribed", "retrying",
+  /// "refused", or null when the page has not subscribed to it (header comment).
+  topicState(topic) {
+    const t = this._topics.get(topic);
+    return t ? t.state : null;
+  }
+
   /// Calls `callback({topic, id, data})` for every event of `topic`; several callbacks may share
   /// a topic. Returns a function that removes this callback.
   subscribe(topic, callback) {
     let t = this._topics.get(topic);
     if (!t) {
-      t = { callbacks: new Set(), since: null };
+      t = { callbacks: new Set(), since: null, state: null };
       this._topics.set(topic, t);
-      this._send({ op: "sub", topics: [topic] });
+      this._setTopicState(topic, "subscribing");
+      this._sendSub([topic]);
     }
     t.callbacks.add(callback);
     return () => {
@@ -110,10 +139,11 @@ class WsPush {
 
   unsubscribe(topic) {
     if (!this._topics.delete(topic)) return;
-    this._send({ op: "unsub", topics: [topic] });
+    this._send({ op: "unsub", topics: [topic] }, "unsub");
   }
 
-  /// Events: "state" (s), "lost" (topics), "error" ({code, topic}) for refused requests.
+  /// Events: "state" (s), "lost" (topics), "error" ({code, topic}) for refused requests,
+  /// "subscription" ({topic, state}) when topicState(topic) changes.
   on(event, callback) {
     if (!this._listeners.has(event)) this._listeners.set(event, new Set());
     this._listeners.get(event).add(callback);
@@ -163,6 +193,8 @@ class WsPush {
     ws.onopen = () => {
       opened = true;
       this._attempt = 0;
+      this._asked = [];
+      this._retryAttempt = 0;
       this._askedForToken = false;
       this._setState("open");
       this._resubscribe();
@@ -177,13 +209,17 @@ class WsPush {
       if (this._ws !== ws) return;
       this._ws = null;
       this._clearTimers();
+      this._forgetConnection();
       if (this._closedByUser) return this._setState("closed");
       const expired = this._token && tokenExpiry(this._token) && tokenExpiry(this._token) * 1000 <= Date.now();
-      if (ev.code === CLOSE_POLICY || refused || (!opened && expired)) return this._renewThenReconnect();
+      // A 1008 is about the token only when there is one; without, it was for something the
+      // connection sent (the server's limit of refusals in a row): a new connection is the cure.
+      const policy = ev.code === CLOSE_POLICY;
+      if ((policy && this._token) || refused || (!opened && expired)) return this._renewThenReconnect();
       // A connection that was open is lost: its whole fleet may have lost it at once, so even the
       // first try waits a draw from a 2 s window; a server that is draining or overloaded asked
-      // its clients to come back later: 4 s.
-      const first = ev.code === CLOSE_GOING_AWAY || ev.code === CLOSE_TRY_LATER ? 2 : opened ? 1 : 0;
+      // its clients to come back later, and one that closed us for what we sent: 4 s.
+      const first = ev.code === CLOSE_GOING_AWAY || ev.code === CLOSE_TRY_LATER || policy ? 2 : opened ? 1 : 0;
       if (this._attempt < first) this._attempt = first;
       this._scheduleReconnect();
     };
@@ -230,6 +266,7 @@ class WsPush {
       }
       ws.terminate?.();
       this._clearTimers();
+      this._forgetConnection();
       if (this._attempt < 1) this._attempt = 1;  // like any lost connection: a 2 s window first
       this._scheduleReconnect();
     }, this._heartbeat);
@@ -252,28 +289,65 @@ class WsPush {
       } catch {
         fresh = null;
       }
-      if (fresh && this._ws && this._state === "open") this._send({ op: "auth", token: fresh }, fresh);
+      if (fresh && this._ws && this._state === "open") this._send({ op: "auth", token: fresh }, "auth", fresh);
     }, Math.min(at, 2 ** 31 - 1));
   }
 
   _resubscribe() {
-    if (this._topics.size === 0) return;
-    const topics = [...this._topics.keys()];
-    const since = {};
-    for (const [topic, t] of this._topics) if (t.since) since[topic] = t.since;
-    // One message may carry 32 topics.
+    this._sendSub([...this._topics.keys()]);
+  }
+
+  /// Subscribes `topics`, each from its `since` if it has one; one message may carry 32 topics.
+  _sendSub(topics) {
     for (let i = 0; i < topics.length; i += 32) {
       const chunk = topics.slice(i, i + 32);
       const s = {};
-      for (const topic of chunk) if (since[topic]) s[topic] = since[topic];
-      this._send(Object.keys(s).length ? { op: "sub", topics: chunk, since: s } : { op: "sub", topics: chunk });
+      for (const topic of chunk) {
+        const since = this._topics.get(topic)?.since;
+        if (since) s[topic] = since;
+      }
+      this._send(Object.keys(s).length ? { op: "sub", topics: chunk, since: s } : { op: "sub", topics: chunk }, chunk);
     }
   }
 
-  _send(message, pendingToken) {
+  /// `asked`: what the server will answer (a sub's topic list, "unsub" or "auth"); null for
+  /// what it does not answer (pong).
+  _send(message, asked = null, pendingToken = null) {
     if (!this._ws || this._state !== "open") return; // sent on (re)connect instead
     if (pendingToken) this._pendingToken = pendingToken;
+    if (asked) this._asked.push(asked);
     this._ws.send(JSON.stringify(message));
+  }
+
+  /// The connection is gone: nothing asked on it will be answered, and every topic is
+  /// subscribed afresh by the next one.
+  _forgetConnection() {
+    this._asked = [];
+    this._retryAttempt = 0;
+    for (const topic of this._topics.keys()) this._setTopicState(topic, "subscribing");
+  }
+
+  /// The server answered the sub `topics` (the head of _asked) with `state` ("subscribed",
+  /// "retrying" or "refused"). A topic a later sub in flight names waits for that one's answer.
+  _answered(topics, state) {
+    for (const topic of topics) {
+      if (!this._topics.has(topic)) continue; // unsubscribed since
+      if (this._asked.some((a) => Array.isArray(a) && a.includes(topic))) continue;
+      this._setTopicState(topic, state);
+    }
+    if (state === "subscribed") {
+      this._retryAttempt = 0;
+    } else if (state === "retrying" && !this._timers.retry) {
+      const delay = backoffDelay(this._retryAttempt, this._retryBase, this._retryMax, this._random);
+      this._retryAttempt += 1;
+      this._timers.retry = setTimeout(() => {
+        this._timers.retry = null;
+        const again = [];
+        for (const [topic, t] of this._topics) if (t.state === "retrying") again.push(topic);
+        for (const topic of again) this._setTopicState(topic, "subscribing");
+        this._sendSub(again);
+      }, delay);
+    }
   }
 
   _onMessage(text) {
@@ -287,17 +361,30 @@ class WsPush {
     switch (m.op) {
       case "ping":
         return this._send({ op: "pong" });
-      case "subbed":
+      case "subbed": {
+        const asked = this._asked.shift();
+        if (Array.isArray(asked)) this._answered(asked, "subscribed");
         if (m.lost && m.lost.length) this._emit("lost", m.lost);
         return;
+      }
+      case "lost": // the server could not catch these topics up after an outage of its bus
+        if (m.topics && m.topics.length) this._emit("lost", m.topics);
+        return;
+      case "unsubbed":
+        this._asked.shift();
+        return;
       case "authed":
+        this._asked.shift();
         if (this._pendingToken) this._token = this._pendingToken;
         this._pendingToken = null;
         if (m.unsubbed && m.unsubbed.length) this._emit("lost", m.unsubbed);
         return this._scheduleRefresh();
-      case "error":
-        if (m.code === "unauthorized") this._pendingToken = null; // the old token stays in force
+      case "error": {
+        const asked = this._asked.shift();
+        if (asked === "auth" || m.code === "unauthorized") this._pendingToken = null; // the old token stays in force
+        if (Array.isArray(asked)) this._answered(asked, m.code === "unavailable" ? "retrying" : "refused");
         return this._emit("error", { code: m.code, topic: m.topic });
+      }
       default:
         return;
     }
@@ -322,6 +409,13 @@ class WsPush {
     if (this._state === state) return;
     this._state = state;
     this._emit("state", state);
+  }
+
+  _setTopicState(topic, state) {
+    const t = this._topics.get(topic);
+    if (!t || t.state === state) return;
+    t.state = state;
+    this._emit("subscription", { topic, state });
   }
 
   _emit(event, value) {

@@ -7,7 +7,7 @@
 // be blank. Then the same page over https:// from a server with a certificate made here
 // (certificate errors are ignored in that browser context only): its client connects over wss://
 // and a publish arrives. Then the classic script /wspush.js in a page: window.WsPush, its backoff
-// through a server restart, its heartbeat leaving a server that hangs, and its in-band token
+// through a server restart (and topicState through it), its heartbeat leaving a server that hangs, and its in-band token
 // refresh, each against the real server.
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/browser.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
@@ -276,11 +276,14 @@ test('the classic /wspush.js in Chromium: window.WsPush; its backoff rides out a
     await waitState(page, 'c', 'open');
     await subscribe(page, 'c', 'mailbox:11');
     await subbed(page, 'mailbox:11');
+    await page.waitForFunction(() => window.c.topicState('mailbox:11') === 'subscribed', null, wait);
+    assert.equal(await page.evaluate(() => window.c.topicState('mailbox:12')), null);
     await publish(server, 'mailbox:11', 'before');
     await page.waitForFunction(() => window.cEvents.includes('before'), null, wait);
 
     await stop(server);
     await waitState(page, 'c', 'reconnecting');
+    assert.equal(await page.evaluate(() => window.c.topicState('mailbox:11')), 'subscribing');
     // While it is down the page keeps trying, and is refused.
     const dials = await page.evaluate(() => window.__dials);
     await page.waitForFunction((d) => window.__dials >= d + 2, dials, wait);
@@ -289,6 +292,7 @@ test('the classic /wspush.js in Chromium: window.WsPush; its backoff rides out a
     await waitState(page, 'c', 'open', 15);
     assert.deepEqual(await page.evaluate(() => window.cStates), ['connecting', 'open', 'reconnecting', 'open']);
     await subbed(page, 'mailbox:11');
+    await page.waitForFunction(() => window.c.topicState('mailbox:11') === 'subscribed', null, wait);
     await publish(server, 'mailbox:11', 'after');
     await page.waitForFunction(() => window.cEvents.includes('after'), null, wait);
     assert.deepEqual(await page.evaluate(() => window.cEvents), ['before', 'after']);

@@ -1,14 +1,19 @@
 // The browser client (server/web/wspush.mjs) in Node, with the `ws` package as its WebSocket, against
 // the real server: backoff draws and growing windows, events, resume with `since` (by replay, while
 // the link is held down), lost, a refused token, the in-band refresh, dead-connection detection
-// through the heartbeat, and the module the server serves being this very source (the classic
+// through the heartbeat, a sub refused `unavailable` while Redis is away sent again until Redis is
+// back, the server's "lost" after Redis came back empty, and the module the server serves being this very source (the classic
 // /wspush.js runs in Chromium: browser.test.mjs). Node's test runner (node:test), run as a script:
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/client.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 
@@ -122,6 +127,55 @@ function states(client) {
     notify();
   });
   return seen;
+}
+
+/** A real redis-server on a reserved port, without persistence: started again after stop(), it is
+ * empty (a new epoch for the bus). Killed by PID. */
+class Redis {
+  constructor(port) {
+    this.port = port;
+    this.dir = mkdtempSync(path.join(tmpdir(), 'wspush-redis-'));
+    this.proc = null;
+  }
+
+  async start() {
+    const args = ['redis-server', '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', '',
+      '--appendonly', 'no', '--protected-mode', 'no', '--loglevel', 'warning'];
+    const wrap = existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--'] : [];
+    const [cmd, ...rest] = [...wrap, ...args];
+    const proc = spawn(cmd, rest, { stdio: 'ignore' });
+    this.proc = proc;
+    proc.exited = new Promise((resolve) => proc.on('exit', resolve));
+    // Nothing to await but an answer: a refused connection has no event to wait on.
+    await until(() => this.ping(), `redis-server on port ${this.port} to answer PING`, 30);
+    return this;
+  }
+
+  ping() {
+    return new Promise((resolve) => {
+      const s = connect(this.port, '127.0.0.1');
+      let got = '';
+      s.on('connect', () => s.write('PING\r\n'));
+      s.on('data', (d) => {
+        got += d;
+        if (got.includes('\r\n')) s.destroy();
+      });
+      s.on('error', () => resolve(false));
+      s.on('close', () => resolve(got.startsWith('+PONG')));
+    });
+  }
+
+  async stop() {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    process.kill(this.proc.pid, 'SIGKILL');
+    await this.proc.exited;
+  }
+}
+const redises = [];
+async function redis() {
+  const r = new Redis(await reservePort());
+  redises.push(r);
+  return r.start();
 }
 
 /** The `ws` WebSocket, numbering its connections (`dials`) and keeping what each sent and received. */
@@ -283,6 +337,94 @@ test('past the history window the application is told "lost", and gets what is r
   await gate.shut();
 });
 
+test('a sub refused "unavailable" while Redis is away is sent again, and subscribed once Redis is back', async () => {
+  const r = await redis();
+  const server = await start({ extra: ['--bus', `redis://127.0.0.1:${r.port}`] });
+  await until(async () => (await metric(server, 'wspush_bus_up')) === 1, 'the bus up');
+  const c = client(`ws://127.0.0.1:${server.port}/ws`, { baseDelay: 20, maxDelay: 200 });
+  const changes = [];
+  c.on('subscription', (s) => {
+    changes.push(`${s.topic} ${s.state}`);
+    notify();
+  });
+  await when(c, 'state', (s) => s === 'open');
+  collect(c, 'mailbox:5');
+  await until(() => c.topicState('mailbox:5') === 'subscribed', 'mailbox:5 subscribed');
+  const ws = c._ws;
+
+  await r.stop();
+  await until(async () => (await metric(server, 'wspush_bus_up')) === 0, 'the bus down');
+  // The server holds the sub 10 s, then refuses it; the page sees the refusal and the topic retrying.
+  const refused = when(c, 'error', (e) => e.code === 'unavailable', 30)
+    .then((e) => ({ ...e, state: c.topicState('mailbox:6') }));
+  const got = collect(c, 'mailbox:6');
+  assert.equal(c.topicState('mailbox:6'), 'subscribing');
+  assert.deepEqual(await refused, { code: 'unavailable', topic: 'mailbox:6', state: 'retrying' });
+  assert.equal(c.topicState('mailbox:5'), 'subscribed');
+  // Sent again on the same connection (at most 0.5 s later), held again while Redis is away.
+  const subs = () => ws.sent.filter((m) => m.op === 'sub' && m.topics.includes('mailbox:6')).length;
+  await until(() => subs() >= 2, 'the sub sent again');
+  assert.equal(c.topicState('mailbox:6'), 'subscribing');
+
+  await r.start();  // empty: what it had is gone, and the retried sub goes through
+  await until(() => c.topicState('mailbox:6') === 'subscribed', 'mailbox:6 subscribed', 30);
+  assert.equal(c._ws, ws, 'the client reconnected');
+  // Each refusal in the hold makes one more retrying/subscribing round; it ends subscribed.
+  const six = changes.filter((x) => x.startsWith('mailbox:6 ')).map((x) => x.split(' ')[1]);
+  assert.deepEqual(six.slice(0, 3), ['subscribing', 'retrying', 'subscribing']);
+  assert.equal(six.at(-1), 'subscribed');
+  await publish(server, 'mailbox:6', 'after the outage');
+  await got.until(1);
+  assert.equal(got[0].data, 'after the outage');
+  c.close();
+  await r.stop();
+});
+
+test('Redis restarted empty under a subscriber: the server\'s {"op":"lost"} is the page\'s "lost"', async () => {
+  const r = await redis();
+  const server = await start({ extra: ['--bus', `redis://127.0.0.1:${r.port}`] });
+  await until(async () => (await metric(server, 'wspush_bus_up')) === 1, 'the bus up');
+  const c = client(`ws://127.0.0.1:${server.port}/ws`, { baseDelay: 20, maxDelay: 200 });
+  await when(c, 'state', (s) => s === 'open');
+  const got = collect(c, 'mailbox:7');
+  await until(() => c.topicState('mailbox:7') === 'subscribed', 'mailbox:7 subscribed');
+  await publish(server, 'mailbox:7', 1);
+  await got.until(1);
+  const ws = c._ws;
+  const lost = when(c, 'lost', () => true, 30);
+  await r.stop();
+  await until(async () => (await metric(server, 'wspush_bus_up')) === 0, 'the bus down');
+  await r.start();
+  assert.deepEqual(await lost, ['mailbox:7']);
+  assert.equal(c._ws, ws, 'the client reconnected');
+  assert.ok(ws.frames.some((m) => m.op === 'lost' && m.topics.includes('mailbox:7')), 'no {"op":"lost"} frame');
+  assert.equal(c.topicState('mailbox:7'), 'subscribed');
+  await publish(server, 'mailbox:7', 2);
+  await got.until(2);
+  c.close();
+  await r.stop();
+});
+
+test('without a token, a 1008 for what the connection sent is not an auth failure: the client reconnects', async () => {
+  const server = await start();
+  const c = client(`ws://127.0.0.1:${server.port}/ws`, { baseDelay: 20, maxDelay: 200 });
+  const seen = states(c);
+  await when(c, 'state', (s) => s === 'open');
+  const got = collect(c, 'mailbox:8');
+  await until(() => c.topicState('mailbox:8') === 'subscribed', 'mailbox:8 subscribed');
+  const first = c._ws;
+  const closed = new Promise((resolve) => first.once('close', resolve));
+  // Refused 8 times in a row: the server closes with 1008.
+  for (let k = 0; k < 8; k++) WebSocket.prototype.send.call(first, 'nope');
+  assert.equal(await closed, 1008);
+  await until(() => c.state === 'open' && c._ws !== first && c.topicState('mailbox:8') === 'subscribed',
+    'the client back and subscribed');
+  assert.deepEqual(seen, ['connecting', 'open', 'reconnecting', 'open']);
+  await publish(server, 'mailbox:8', 'again');
+  await got.until(1);
+  c.close();
+});
+
 test('a refused token: getToken is asked once; a good fresh one reconnects, a bad one ends in auth_failed', async () => {
   const server = await start({ jwtSecret: SECRET });
   const url = `ws://127.0.0.1:${server.port}/ws`;
@@ -386,4 +528,5 @@ test('the server serves this source as /wspush.mjs, and /wspush.js as a script',
 test.after(() => {
   for (const c of clients) c.close();
   for (const s of servers) s.kill();  // by PID; the test's event loop then drains and it exits
+  for (const r of redises) r.stop();
 });
