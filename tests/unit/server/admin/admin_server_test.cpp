@@ -514,7 +514,7 @@ TEST_CASE("admin server: publishes waiting for the bus are bounded: past it 503"
   CHECK(a.read_response().status == 200);
 }
 
-TEST_CASE("admin server: a client gone while its publish waits; /readyz says bus_stalled", "[admin]") {
+TEST_CASE("admin server: a client gone while its publish waits, and /readyz says bus_stalled", "[admin]") {
   admin_options o;
   o.publish_timeout = 60;
   deferred_fixture f(o);

@@ -149,7 +149,7 @@ TEST_CASE("phases: a burst over the bound that the kernel takes closes no one bu
   CHECK(h.conns.counters().slow_consumer_closes.get() == 1);
 }
 
-TEST_CASE("phases: one frame larger than the bound goes out while the reader takes bytes; a reader that stops is closed") {
+TEST_CASE("phases: one frame larger than the bound goes out while the reader takes bytes and a reader that stops is closed") {
   conn_options o;
   o.max_pending_bytes = 64 * 1024;
   harness h(o);
