@@ -108,7 +108,7 @@ async def refuses_while_unready(s: ServerProcess, what: str) -> None:
 def refusal_logged(s: ServerProcess, error: str, what: str) -> None:
     """The node logs Redis's own refusal and that it tries again. Which of its two connections
     hears it first decides the wording: the command connection's set-up says "Redis refused the
-    set-up: <error>; trying again", the subscriber connection (closed by hiredis on an error
+    set-up: <error>; trying again", the subscriber connection (closed by the node on an error
     nobody asked for) "cannot reach <url> (<error>); retrying"."""
     s.wait_for_log(rf"bus: (Redis refused the set-up: {error}.*; trying again|cannot reach redis://\S+ "
                    rf"\((Redis refused the set-up: )?{error}.*\); retrying)", scaled(15), what=what)
