@@ -123,7 +123,7 @@ struct redis_bus::request {
 };
 
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, epoch, replay, client_pub, admin_pub, marker, other };
+  enum kind_t : std::uint8_t { setup, epoch, replay, client_pub, admin_pub, marker, mark, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
@@ -140,7 +140,17 @@ struct redis_bus::topic_state {
   std::uint16_t holders = 0;
   enum state_t : std::uint8_t { idle, subscribing, active, unsubscribing } state = idle;
   bool needs_catchup = false;       // subscribed before an outage: replay what was missed
-  bool floored = false;             // confirmed before the last mark: the mark is a floor
+  // Subscribed without a break since before the last mark heard, owing no catch-up: every
+  // event published before that mark has been handed on (the mark is a floor).
+  bool floored = false;
+  bool listed = false;              // in _unfloored
+  // Where the catch-up owed after an outage starts, fixed when the outage began (a mark heard
+  // later is no floor for a topic that was not subscribed meanwhile); not known: its
+  // subscribers hear it is lost. Once that catch-up is done it stays a floor for the next one
+  // (everything after it was handed on), unless the catch-up was lost.
+  bool catchup_known = false;
+  std::string catchup_since;
+  std::uint64_t catchup_at = 0;     // when it was known (bus::_order)
   std::uint64_t last_at = 0;        // when last_id was set (bus::_order)
   std::uint64_t catchup = 0;        // the catch-up under way (its live events are kept aside)
   std::vector<std::uint64_t> waiting;    // subs waiting for the confirmation
@@ -159,7 +169,8 @@ struct redis_bus::pending {
   bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
   struct part {
     std::string topic, since;
-    std::string last_id;  // the newest id replayed
+    std::string last_id;       // the newest id replayed
+    std::string live_last_id;  // catch-up: the newest live event held back
     bool lost = false, replaying = false, overflow = false;
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
@@ -382,7 +393,7 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
 }
 
 void redis_bus::send_mark() noexcept {
-  auto* o = new (std::nothrow) op{op::other};
+  auto* o = new (std::nothrow) op{op::mark};
   if (!o || !command({"FCALL", "wspush_mark", "0", _node_channel}, o)) return;
   _mark_in_flight = true;
   _next_mark_tick = _tick + mark_every_ticks;
@@ -403,11 +414,23 @@ void redis_bus::mark_arrived(std::string_view payload) noexcept {
   _mark_epoch.assign(payload.substr(5, space - 5));
   _mark_ms = ms;
   _mark_at = ++_order;
-  for (const std::string& t : _unfloored) {
+  // A topic still owed a catch-up has not had every event before this mark: it waits for the
+  // next mark after its catch-up.
+  std::size_t kept = 0;
+  for (std::string& t : _unfloored) {
     auto it = _topics.find(t);
-    if (it != _topics.end() && it->second.state == topic_state::active) it->second.floored = true;
+    if (it == _topics.end()) continue;
+    topic_state& ts = it->second;
+    if (ts.state != topic_state::active) {
+      ts.listed = false;
+    } else if (ts.catchup || ts.needs_catchup) {
+      _unfloored[kept++].swap(t);
+    } else {
+      ts.floored = true;
+      ts.listed = false;
+    }
   }
-  _unfloored.clear();
+  _unfloored.resize(kept);
 }
 
 /// Each tick: an idle link is pinged every second, and a command unanswered for longer than
@@ -519,7 +542,7 @@ void redis_bus::park(std::uint64_t pid) noexcept {
     return drop_pending(pid);
   }
   p.held = true;
-  p.deadline = _tick + held_sub_ticks;
+  if (p.deadline == 0) p.deadline = _tick + held_sub_ticks;  // held again after a brief reconnect: the first wait counts
   _held.fetch_add(1, std::memory_order_relaxed);
   _n.held.add();
 }
@@ -609,25 +632,28 @@ void redis_bus::confirmed(const std::string& topic) noexcept {
   if (ts.state != topic_state::subscribing) return;
   ts.state = topic_state::active;
   _n.topics.add();
-  if (!ts.floored) {
+  if (!ts.floored && !ts.listed) {
     try {
       _unfloored.push_back(topic);  // the next mark heard is its floor
+      ts.listed = true;
     } catch (...) {
     }
   }
+  // Back after an outage: what was published meanwhile goes to the subscribers that stayed
+  // (once the command connection is set up too: ready_check starts the early ones), before
+  // the subs waiting for this confirmation go on: their connections join after it.
+  if (ts.needs_catchup && _up.load(std::memory_order_relaxed)) start_catchup(topic);
+  it = _topics.find(topic);
+  if (it == _topics.end()) return;
   std::vector<std::uint64_t> waiting;
-  waiting.swap(ts.waiting);
+  waiting.swap(it->second.waiting);
   for (std::uint64_t pid : waiting) {
     auto p = _pending.find(pid);
     if (p != _pending.end() && p->second.unconfirmed > 0 && --p->second.unconfirmed == 0) advance(pid);
   }
   it = _topics.find(topic);
   if (it == _topics.end()) return;
-  if (it->second.needs_catchup) {
-    // Back after an outage: what was published meanwhile goes to the subscribers that stayed
-    // (once the command connection is set up too: ready_check starts the early ones).
-    if (_up.load(std::memory_order_relaxed)) start_catchup(topic);
-  } else if (it->second.holders == 0 && it->second.catchup == 0) {
+  if (!it->second.needs_catchup && it->second.holders == 0 && it->second.catchup == 0) {
     it->second.state = topic_state::unsubscribing;
     _to_unsubscribe.push_back(topic);
   }
@@ -638,6 +664,7 @@ void redis_bus::unsubscribed(const std::string& topic) noexcept {
   if (it == _topics.end() || it->second.state != topic_state::unsubscribing) return;
   _n.topics.sub();
   if (it->second.holders > 0) {  // held again meanwhile: subscribe again
+    it->second.floored = false;   // not subscribed in between: no floor until the next mark
     it->second.state = topic_state::subscribing;
     _to_subscribe.push_back(topic);
     return;
@@ -718,16 +745,19 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
                         "the outage (Redis lost its data, or trimmed it meanwhile): its subscribers are told it is lost",
                         int(part.topic.size()), part.topic.data());
         announce_lost(part.topic);
+        if (t != _topics.end()) t->second.catchup_known = false;  // no floor: not everything was handed on
       }
       for (auto& f : part.entries) offer_all(f, part.topic);
       _n.catchup_events.add(part.entries.size());
       for (auto& [k, f] : part.live)
         if (k > part.last) offer_all(f, part.topic);
       if (t != _topics.end()) {
-        // The newest event handed on: a live one held back (live() noted it), or the replay's.
-        if (!part.last_id.empty() && (!same_epoch(part.last_id, t->second.last_id) ||
-                                      key_of(part.last_id) > key_of(t->second.last_id))) {
-          t->second.last_id = part.last_id;
+        // The newest event handed on: a live one held back, or the replay's last.
+        bool live_newer = false;
+        for (auto& [k, f] : part.live) live_newer |= k > part.last;
+        std::string& newest = live_newer ? part.live_last_id : part.last_id;
+        if (!newest.empty()) {
+          t->second.last_id.swap(newest);
           t->second.last_at = ++_order;
         }
         t->second.catchup = 0;
@@ -786,7 +816,13 @@ void redis_bus::fail_pending(pending& p) noexcept {
     for (auto* v : {&t->second.waiting, &t->second.replaying}) v->erase(std::remove(v->begin(), v->end(), p.pid), v->end());
     if (p.kind == pending::catchup && t->second.catchup == p.pid) {
       t->second.catchup = 0;
+      t->second.catchup_known = false;
       announce_lost(part.topic);
+      for (auto& [k, f] : part.live) offer_all(f, part.topic);  // newer than anything lost
+      if (!part.live.empty()) {
+        t->second.last_id.swap(part.live_last_id);
+        t->second.last_at = ++_order;
+      }
       if (t->second.holders == 0 && t->second.state == topic_state::active) {
         t->second.state = topic_state::unsubscribing;  // released meanwhile (finish() would have)
         _to_unsubscribe.push_back(part.topic);
@@ -905,6 +941,13 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       --p.replies_left;
       return maybe_finish(o->pid);
     }
+    case op::mark:
+      // Refused (OOM, BUSY, an older library): no mark comes; try again at the next one.
+      if (error) {
+        _mark_in_flight = false;
+        if (r != nullptr) log_ratelimited(log_level::warn, "bus: wspush_mark: %.*s", int(str(r).size()), str(r).data());
+      }
+      return;
     case op::marker:
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
@@ -986,8 +1029,6 @@ void redis_bus::live(std::string_view topic, std::string_view payload) noexcept 
   bool held_back = false;
   if (it != _topics.end()) {
     topic_state& ts = it->second;
-    ts.last_id.assign(id);
-    ts.last_at = ++_order;
     for (std::uint64_t pid : ts.replaying) {
       auto p = _pending.find(pid);
       if (p == _pending.end()) continue;
@@ -998,11 +1039,26 @@ void redis_bus::live(std::string_view topic, std::string_view payload) noexcept 
         }
     }
     if (ts.catchup) {
+      // Behind the catch-up's replay, in order (at most max_kept_live: past it, lost).
       auto p = _pending.find(ts.catchup);
       if (p != _pending.end() && !p->second.failed) {
-        p->second.parts[0].live.emplace_back(key, f);
+        auto& part = p->second.parts[0];
+        if (part.live.size() < max_kept_live) {
+          part.live.emplace_back(key, f);
+          part.live_last_id.assign(id);
+        } else {
+          part.overflow = part.lost = true;
+        }
         held_back = true;
       }
+    } else if (ts.needs_catchup) {
+      // Subscribed again after an outage, its catch-up not started yet (the command
+      // connection is still being set up): the catch-up's replay will hold this event, in order.
+      held_back = true;
+    }
+    if (!held_back) {
+      ts.last_id.assign(id);
+      ts.last_at = ++_order;
     }
   }
   if (!held_back) offer_all(f, topic);
@@ -1081,28 +1137,37 @@ void redis_bus::ready_check() noexcept {
   _ever_up = true;
 }
 
-/// What the subscribers that stayed through an outage missed: from the later of the last mark
+/// Where a topic's catch-up starts, fixed when an outage begins: the later of the last mark
 /// (when the topic was subscribed before it) and its last event. With neither, the node cannot
-/// know: they hear the topic is lost.
+/// know.
+void redis_bus::note_catchup_start(topic_state& ts) noexcept {
+  std::string best;
+  std::uint64_t best_at = 0;
+  auto consider = [&](const std::string& id, std::uint64_t at) {
+    if (id.empty()) return;
+    if (best.empty() || (same_epoch(id, best) ? key_of(id) > key_of(best) : at > best_at)) best = id, best_at = at;
+  };
+  // The mark's millisecond may hold events published before it: they arrived, and the
+  // topic's last event covers them; so the floor is the end of the millisecond before.
+  if (ts.floored && !_mark_epoch.empty())
+    consider(_mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615", _mark_at);
+  consider(ts.last_id, ts.last_at);
+  if (ts.catchup_known) consider(ts.catchup_since, ts.catchup_at);
+  ts.catchup_known = !best.empty();
+  ts.catchup_since.swap(best);
+  ts.catchup_at = best_at;
+}
+
+/// What the subscribers that stayed through an outage missed, from where note_catchup_start
+/// put it; when it is not known they hear the topic is lost.
 void redis_bus::start_catchup(const std::string& topic) noexcept {
   topic_state& ts = _topics.at(topic);
   ts.needs_catchup = false;
   if (ts.catchup) return;
-  std::string since;
-  bool mark_mode = false;
-  if (ts.floored && !_mark_epoch.empty()) {
-    mark_mode = true;
-    // The mark's millisecond may hold events published before it: they arrived, and the
-    // topic's last event covers them; so the floor is the end of the millisecond before.
-    since = _mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615";
-    if (!ts.last_id.empty() &&
-        (same_epoch(ts.last_id, since) ? key_of(ts.last_id) > key_of(since) : ts.last_at > _mark_at))
-      since = ts.last_id;
-  } else if (!ts.last_id.empty()) {
-    since = ts.last_id;
-  } else {
-    return announce_lost(topic);
-  }
+  if (!ts.catchup_known) return announce_lost(topic);
+  // Mark mode: the start need not be an event the stream holds (wspush.lua).
+  const bool mark_mode = true;
+  std::string since = ts.catchup_since;
   const std::uint64_t pid = _next_pid++;
   pending& c = _pending[pid];
   c.kind = pending::catchup;
@@ -1194,19 +1259,13 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   }
   if (gone != &_sub) _sub.abort();
   if (gone != &_cmd) _cmd.abort();
-  // Every sub under way fails (the shards answer `unavailable`); held topics are subscribed
-  // again on the next connection.
-  // Subs under way wait for Redis to come back, from the start; catch-ups are done again then,
-  // from where they started (the live events they held back were not handed on).
+  // Subs under way wait for Redis to come back, from the start; held topics are subscribed
+  // again on the next connection. Catch-ups under way are done again then, from where they
+  // started (the topic keeps it; the live events they held back were not handed on).
   std::vector<std::uint64_t> catchups, subs;
   for (auto& [pid, p] : _pending) {
     if (p.kind == pending::catchup) {
       catchups.push_back(pid);
-      auto t = _topics.find(p.parts[0].topic);
-      if (t != _topics.end()) {
-        t->second.last_id = p.parts[0].since;
-        if (p.mark_mode) t->second.last_at = 0;  // a floor, not an event: the mark decides again
-      }
       continue;
     }
     if (p.held) continue;
@@ -1227,10 +1286,15 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   _unfloored.clear();
   for (auto it = _topics.begin(); it != _topics.end();) {
     topic_state& ts = it->second;
+    const bool owed = ts.needs_catchup || ts.catchup;  // an earlier outage's, not done yet
     if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) {
       _n.topics.sub();
-      ts.needs_catchup = ts.holders > 0;  // its subscribers stayed: what they miss is caught up
+      // Its subscribers stayed: what they miss is caught up, from where this outage began
+      // (or the earlier one, still owed).
+      if (ts.holders > 0 && !owed) note_catchup_start(ts);
+      ts.needs_catchup = ts.holders > 0;
     }
+    ts.floored = ts.listed = false;  // subscribed again later: the next mark after that is its floor
     ts.state = topic_state::idle;
     ts.waiting.clear();
     ts.replaying.clear();

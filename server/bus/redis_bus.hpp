@@ -217,6 +217,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void ready_check() noexcept;
   void setup_refused(std::string_view error) noexcept;
   void start_catchup(const std::string& topic) noexcept;
+  void note_catchup_start(topic_state& ts) noexcept;
   bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
   void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;

@@ -201,9 +201,12 @@ local function mark(keys, args)
   if type(channel) ~= 'string' or string.sub(channel, 1, 12) ~= 'wspush:node:' then
     return redis.error_reply('ERR wspush: bad channel')
   end
-  redis.call('PUBLISH', channel, 'mark ' .. epoch() .. ' ' .. now_ms())
+  -- Writes nothing (the epoch a node set up with, or none: a Redis that lost its data since
+  -- has none until the next publish), so that it runs when Redis is out of memory too.
+  local e = redis.call('GET', 'wspush:epoch') or ''
+  redis.call('PUBLISH', channel, 'mark ' .. e .. ' ' .. now_ms())
   return 1
 end
 
-redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'no-cluster'}}
+redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'no-cluster', 'allow-oom'}}
 redis.register_function{function_name = 'wspush_epoch', callback = function() return epoch() end, flags = {'no-cluster'}}

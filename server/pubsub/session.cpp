@@ -410,12 +410,14 @@ void session::pub_answered(std::uint64_t tag, bool failed, std::string_view topi
   const auto c = conn_id(tag);
   auto it = _pubs.find(c);
   if (it == _pubs.end() || it->second.number != std::uint32_t(tag >> 32)) return;  // it closed
-  pub_flow& f = it->second;
-  if (f.in_flight > 0) --f.in_flight;
+  if (it->second.in_flight > 0) --it->second.in_flight;
   if (failed) {
     _fanout.counters().client_pubs_unavailable.add();
     if (_ops->is_open(c)) client_error(c, proto::client_error::unavailable, topic);
+    it = _pubs.find(c);  // the error may have closed it (out of memory): then it is gone
+    if (it == _pubs.end()) return;
   }
+  pub_flow& f = it->second;
   if (f.held && f.in_flight < max_pubs_in_flight) {
     f.held = false;
     if (_ops->is_open(c)) _ops->resume(c);
