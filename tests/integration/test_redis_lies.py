@@ -127,6 +127,10 @@ class LyingRedis:
         self.answering = threading.Event()
         self.answering.set()
         self.seq = 0
+        self.marks: "list[int]" = []         # the time of each mark published
+        self.replays: "list[list]" = []      # the arguments of each FCALL wspush_replay
+        self.hold_topic_subs = False         # SUBSCRIBE of a topic channel waits for release_subs()
+        self.held_subs: "list" = []
         threading.Thread(target=self.accept_loop, daemon=True).start()
 
     @property
@@ -161,6 +165,10 @@ class LyingRedis:
 
     def answer(self, c: Conn, args) -> bytes:
         verb = args[0].upper()
+        if verb == b"SUBSCRIBE" and self.hold_topic_subs and args[1].startswith(b"wspush:topic:"):
+            with self.cond:
+                self.held_subs.append((c, args))
+            return b""
         if verb in (b"SUBSCRIBE", b"UNSUBSCRIBE"):
             self.took_role(c, "sub")
             out = b""
@@ -187,11 +195,32 @@ class LyingRedis:
         if verb == b"FCALL" and args[1] == b"wspush_mark":
             # The moment up to which the node has seen every event (see wspush.lua): from then on
             # a catch-up after a reconnect reads from it, and this server has missed nothing.
-            self.deliver(args[3], b"mark fakeepoch %d" % int(time.time() * 1000))
+            ms = int(time.time() * 1000)
+            with self.cond:
+                self.marks.append(ms)
+            self.deliver(args[3], b"mark fakeepoch %d" % ms)
             return b":1\r\n"
         if verb == b"FCALL" and args[1] == b"wspush_replay":
+            with self.cond:
+                self.replays.append(args)
             return b"*1\r\n:0\r\n"  # nothing missed, nothing lost
         return b"+OK\r\n"
+
+    def release_subs(self) -> None:
+        with self.cond:
+            self.hold_topic_subs = False
+            held, self.held_subs = self.held_subs, []
+        for c, args in held:
+            c.send(self.answer(c, args))
+
+    def drop_all(self) -> None:
+        with self.cond:
+            conns = [c for c in self.conns if not c.closed]
+        for c in conns:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def current(self, role: str) -> Conn:
         with self.cond:
@@ -366,6 +395,33 @@ class Rig:
         wait_until("wspush_bus_stalled 0", lambda: metric(s, "wspush_bus_stalled") == 0, s)
         wait_until("/readyz 200", lambda: http_status(s, "/readyz") == 200, s)
 
+    def mark_before_resubscribe(self) -> None:
+        """After a reconnect, a mark heard before the topic is subscribed again is no floor for
+        it: events published between the outage and its subscription would be skipped. The
+        catch-up must start from the floor the topic had when the outage began."""
+        self.ensure()
+        s = self.node
+        floor = self.fake.marks[-1]  # ensure() waited for a mark after the sub
+        reconnects0 = metric(s, "wspush_bus_reconnects_total")
+        with self.fake.cond:
+            self.fake.hold_topic_subs = True
+            replays0 = len(self.fake.replays)
+        self.fake.drop_all()
+        try:
+            wait_until("the reconnect", lambda: metric(s, "wspush_bus_reconnects_total") > reconnects0, s)
+            # Up (the node's own channel is subscribed), the topic's SUBSCRIBE unanswered: a mark
+            # comes meanwhile, later than the floor.
+            wait_until("a mark after the reconnect", lambda: self.fake.marks[-1] > floor + 1, s)
+        finally:
+            self.fake.release_subs()
+        wait_until("the catch-up's replay", lambda: len(self.fake.replays) > replays0, s)
+        args = self.fake.replays[replays0]
+        since = args[4].decode()
+        ms = int(since.split(":")[1].split("-")[0])
+        check(args[3] == b"lies" and ms < floor,
+              f"the catch-up read from {since} (a mark after the outage), not from before the floor {floor}")
+        self.client_open("after the catch-up")
+
     def still_serves(self) -> None:
         self.ensure()
         eid = publish_ok(self.node, "lies", {"n": 1})
@@ -405,6 +461,7 @@ def main(args) -> None:
             return f"; {sent / 1e6:.1f} MB sent after the header"
         f.step("a $1073741824 bulk and data", lambda: rig.lie("$1073741824", "cmd", big_bulk, dropped.format("bulk")))
         f.step("Redis stalls: stalled, /readyz 503, then back", rig.stall)
+        f.step("a mark heard before the topic is subscribed again is no floor for it", rig.mark_before_resubscribe)
         f.step("a publish still reaches the subscriber that stayed", rig.still_serves)
         f.done()
     finally:
