@@ -49,6 +49,8 @@ constexpr metric_info k_standard[] = {
      "Events not delivered by reason (slow_consumer, closed, shard_unavailable)."},
     {"wspush_slow_consumer_closes_total", mt::counter, "",
      "Connections closed with 1013 because the output they left unread passed --max-pending-bytes."},
+    {"wspush_held_input_bytes_total", mt::counter, "",
+     "Bytes read from connections the application held (a sub or pubs waiting for the bus) and kept until it resumed them."},
     {"wspush_socket_sends_total", mt::counter, "",
      "Writes to client sockets (one per sendmsg or io_uring send); several queued frames leave in one."},
     {"wspush_client_errors_total", mt::counter, "", "Client messages refused with an error reply (bad_json, forbidden...)."},

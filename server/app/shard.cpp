@@ -42,6 +42,9 @@ shard::~shard() {
 
 bool shard::start(std::string& why, bool& fell_back) noexcept {
   if (!_loop.start(_s.cfg.io == io_kind::uring, _listen_fd, why, fell_back)) return false;
+  // A session on the Redis bus holds a connection while Redis answers it (conn_ops::hold):
+  // what the client sends meanwhile must wait in the kernel, and TCP slow the client.
+  if (_s.bus && _s.cfg.mode == app_mode::pubsub) _loop.io().bound_read_ahead();
   try {
     if (_s.tls)
       _transport = std::make_unique<tls_transport>(_loop.io(), *_s.tls, _s.buffers, _tls_counts);

@@ -33,7 +33,7 @@ enum conn_flag : std::uint16_t {
   flag_wait_writable = 1 << 1,    // a short synchronous send: waiting for on_writable
   flag_close_when_flushed = 1 << 2,
   flag_listed = 1 << 3,           // on the loop's flush list
-  flag_rearm_read = 1 << 4,       // reading paused (io_uring buffers ran out): re-arm
+  flag_rearm_read = 1 << 4,       // reading paused (io_uring buffers ran out, a read ended, a hold): re-arm
   flag_read_broken = 1 << 5,      // input no longer parsed (after a protocol error or a close)
   flag_linger_when_flushed = 1 << 6,  // half-close when flushed, then read until EOF or timeout
   flag_timer_message = 1 << 7,  // the armed deadline is the message timeout, not keepalive
@@ -80,7 +80,8 @@ struct ws_rx {
   std::uint8_t tail_len = 0;
   bool held = false;          // the application asked to see no message until it resumes
   std::uint8_t tail[160];     // > 14 (a header) and > 131 (a whole control frame)
-  pool::lease kept;           // held: the bytes behind the last message handed over
+  pool::lease kept;           // held: the bytes behind the last message handed over...
+  std::uint32_t kept_from = 0;  // ...from here on (those before it were handed over since)
 };
 
 /// A connection's partial input: which block it holds (if any) follows its state.

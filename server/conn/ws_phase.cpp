@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "proto/envelope.hpp"
 #include "server/base/clock.hpp"
@@ -178,9 +179,17 @@ void ws_phase::hold(std::uint32_t slot) noexcept {
 /// Keeps bytes of a held connection (a and then b), behind those kept already.
 void ws_phase::keep(std::uint32_t slot, std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) noexcept {
   ws_rx* rs = _c.at(slot).rx.ws.get();
-  const std::size_t have = rs->kept.size(), add = a.size() + b.size();
-  if (add == 0) return;
+  const std::size_t add = a.size() + b.size();
+  if (add == 0 || keep_in_place(*rs, a, b)) return;
+  if (!_replay) _c.counters_mut().held_input_bytes.add(add);  // taken from the kernel, not handed back
+  std::size_t have = rs->kept.size() - rs->kept_from;
   if (have + add > max_kept_bytes) return close_on_error(slot, proto::close_code::policy_violation);
+  if (rs->kept_from && rs->kept.size() + add > rs->kept.capacity()) {  // reuse the room handed over
+    std::memmove(rs->kept.data(), rs->kept.data() + rs->kept_from, have);
+    rs->kept.set_size(have);
+    rs->kept_from = 0;
+  }
+  have = rs->kept.size();
   if (!rs->kept) rs->kept = _c.buffers().acquire(std::max<std::size_t>(add, 1024));
   if (!rs->kept || (have + add > rs->kept.capacity() && !rs->kept.reserve(std::max(have + add, rs->kept.capacity() * 2))))
     return close_on_error(slot, proto::close_code::internal_error);
@@ -189,17 +198,39 @@ void ws_phase::keep(std::uint32_t slot, std::span<const std::uint8_t> a, std::sp
   rs->kept.set_size(have + add);
 }
 
+/// Held again while resume() hands kept bytes over: what stays (b, the end of those bytes,
+/// behind a, at most a header's tail from the stack) becomes the kept bytes where it lies, in
+/// the room already handed over. Resuming then costs what it handles, not a copy of the rest.
+bool ws_phase::keep_in_place(ws_rx& rs, std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) noexcept {
+  if (!_replay || rs.kept) return false;
+  std::span<const std::uint8_t> rest = b.empty() ? a : b, front = b.empty() ? b : a;
+  const std::uint8_t *begin = _replay->data(), *end = begin + _replay->size();
+  if (rest.data() < begin || rest.data() + rest.size() != end || std::size_t(rest.data() - begin) < front.size())
+    return false;
+  const std::size_t from = std::size_t(rest.data() - begin) - front.size();
+  if (!front.empty()) std::memmove(_replay->data() + from, front.data(), front.size());
+  rs.kept = std::move(*_replay);
+  rs.kept_from = std::uint32_t(from);
+  return true;
+}
+
 void ws_phase::resume(std::uint32_t slot) noexcept {
   connection& c = _c.at(slot);
   ws_rx* rs = c.rx.ws.get();
   if (!rs || !rs->held) return;
   rs->held = false;
   pool::lease kept = std::move(rs->kept);
+  const std::size_t from = std::exchange(rs->kept_from, 0);
   if (c.state == conn_state::open || c.state == conn_state::closing) {
     c.flags |= flag_rearm_read;  // reading resumes at this iteration's flush
     _c.list(slot);
   }
-  if (kept && kept.size() > 0) return on_bytes(slot, {kept.data(), kept.size()});
+  if (kept && kept.size() > from) {
+    pool::lease* outer = std::exchange(_replay, &kept);
+    on_bytes(slot, {kept.data() + from, kept.size() - from});
+    _replay = outer;
+    return;
+  }
   if (!rs->reader.in_message() && !rs->reader.mid_frame() && rs->tail_len == 0 && !rs->msg) c.rx.ws.reset();
 }
 

@@ -53,8 +53,12 @@ class ws_phase {
   void arm(std::uint32_t slot, std::uint32_t ticks) noexcept;
   ws_rx* rx(std::uint32_t slot) noexcept;
   void keep(std::uint32_t slot, std::span<const std::uint8_t> a, std::span<const std::uint8_t> b = {}) noexcept;
+  bool keep_in_place(ws_rx& rs, std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) noexcept;
 
   connections& _c;
+  /// The kept bytes resume() is handing over (nullptr otherwise): held again, what stays of
+  /// them is kept where it lies, not copied.
+  pool::lease* _replay = nullptr;
 };
 
 }  // namespace wspush::server

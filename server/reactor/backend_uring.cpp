@@ -1,7 +1,8 @@
 // The default backend: io_uring completions.
 //   - accept: one multishot accept per listener;
 //   - reads: one multishot recv per connection that picks its buffer from a provided-buffer
-//     ring shared by the whole loop, so an idle connection holds no buffer at all;
+//     ring shared by the whole loop, so an idle connection holds no buffer at all; one plain
+//     recv at a time instead where connections may be paused (bound_read_ahead);
 //   - writes: sendmsg requests gathered during a loop iteration and submitted together, one
 //     io_uring_enter for many sockets. The msghdr and iovec arrays live in a per-iteration
 //     arena: with IORING_FEAT_SUBMIT_STABLE the kernel has copied them once submitted.
@@ -41,6 +42,7 @@ class uring_backend final : public io_backend {
   void resume_accept(int listener) noexcept override;
   bool start_reading(int fd, conn_token t) noexcept override;
   void stop_reading(int fd, conn_token t) noexcept override;
+  void bound_read_ahead() noexcept override { _one_recv = true; }
   send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept override;
   void wait_writable(int, conn_token) noexcept override {}  // sends complete asynchronously
   void close(int fd, conn_token t) noexcept override;
@@ -78,6 +80,7 @@ class uring_backend final : public io_backend {
   std::uint8_t* _bufs = nullptr;
   std::size_t _bufs_bytes = 0;
   unsigned _buf_count = 0, _buf_size = 0;
+  bool _one_recv = false;  // bound_read_ahead: single-shot recvs
   std::vector<listener_state> _listeners;
   std::vector<msghdr> _msgs;  // per-iteration arena, see the file comment
   std::vector<iovec> _iov;
@@ -225,8 +228,11 @@ void uring_backend::resume_accept(int listener) noexcept {
 }
 
 bool uring_backend::start_reading(int fd, conn_token t) noexcept {
+  // A single-shot recv ends with its one buffer (no CQE_F_MORE): on_recv reports the pause,
+  // and the loop arms the next at its flush, unless the connection is held by then.
   io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
+  if (_one_recv) io_uring_prep_recv(sqe, fd, nullptr, 0, 0);
+  else io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = buffer_group;
   io_uring_sqe_set_data64(sqe, pack(tag_recv, t));

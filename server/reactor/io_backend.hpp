@@ -29,8 +29,9 @@ class io_handler {
   virtual void on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept = 0;
   /// Reading stopped for `t`: 0 is end of stream, otherwise -errno.
   virtual void on_read_end(conn_token t, int res) noexcept = 0;
-  /// Reading stopped without an end of stream (the receive buffers ran out, io_uring only):
-  /// call start_reading again once this poll's events are handled.
+  /// Reading stopped without an end of stream (io_uring only: the receive buffers ran out, or
+  /// a read of bound_read_ahead ended): call start_reading again once this poll's events are
+  /// handled.
   virtual void on_read_paused(conn_token t) noexcept = 0;
   /// An asynchronous send finished: bytes written, or -errno.
   virtual void on_send_done(conn_token t, int res) noexcept = 0;
@@ -70,6 +71,13 @@ class io_backend {
   /// the peer's window closes). Bytes already on their way (io_uring completions queued before
   /// the stop takes effect) may still be delivered.
   virtual void stop_reading(int fd, conn_token t) noexcept = 0;
+  /// The loop's connections may be paused while the application waits (conn_ops::hold), and
+  /// a pause must leave what follows in the kernel: each read then takes one receive buffer and
+  /// ends (on_read_paused; the loop asks for the next once it has handled this one), so a pause
+  /// lets at most that buffer through. For io_uring, whose multishot recv takes a socket's
+  /// backlog into the shared buffers (dozens at each wake-up) before the loop has seen the
+  /// message that pauses it, and cancels asynchronously. epoll reads on demand already.
+  virtual void bound_read_ahead() noexcept {}
   virtual send_result send(int fd, conn_token t, const iovec* iov, int iovcnt) noexcept = 0;
   /// Ask for on_writable once the socket has room (after a short synchronous send).
   virtual void wait_writable(int fd, conn_token t) noexcept = 0;

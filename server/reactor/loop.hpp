@@ -36,7 +36,8 @@ class loop_handler {
   virtual void on_data(conn_token t, std::span<std::uint8_t> bytes) noexcept = 0;
   /// Reading stopped: 0 end of stream, else -errno.
   virtual void on_read_end(conn_token t, int res) noexcept = 0;
-  /// Reading paused without an end (io_uring receive buffers ran out): read again later.
+  /// Reading paused without an end (io_uring: receive buffers ran out, or one read of a
+  /// bounded read-ahead ended): read again later.
   virtual void on_read_paused(conn_token t) noexcept = 0;
   virtual void on_send_done(conn_token t, int res) noexcept = 0;
   virtual void on_writable(conn_token t) noexcept = 0;

@@ -6,6 +6,10 @@ Against the real binary and a real redis-server:
   and with Redis frozen (SIGSTOP): the node's memory stays within its bounds (16 pubs in flight
   per connection, then it reads no further: TCP slows the client), every pub is answered
   (published or refused), and the node goes on once Redis does;
+- a `sub` held while Redis is frozen, with MBs of pubs pipelined behind it: the node reads at
+  most one read's worth past the held message (the rest waits in the kernel, TCP slows the
+  client), not up to the socket's backlog (io_uring's multishot recv took it all and closed the
+  polite client 1008 past 1 MiB kept); once Redis is back, every pub behind the sub is published;
 - an event straight into Redis larger than the nodes' bound (the larger of --max-body-bytes and
   --max-message-bytes, written into Redis by the nodes): wspush_publish refuses it with a clear
   error; one at the bound is published and delivered.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -25,11 +30,14 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
-from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until,  # noqa: E402
-                         publish_ok, recv_json, run_main, scaled, subscribe)
+from wsp_testlib import (OP_CLOSE, OP_TEXT, Findings, RawWebSocket, ServerProcess, arg_parser,  # noqa: E402
+                         check, encode_frame, metric, poll_until, publish_ok, recv_json, run_main, scaled,
+                         subscribe)
 
 FLOOD_SECONDS = 3.0
 PUB_BYTES = 60_000
+PUBS_BEHIND_SUB = 64         # about 3.8 MB pipelined behind a held sub
+MAX_KEPT = 256 << 10         # what a held connection may take past its held message
 
 
 def rss_mb(s: ServerProcess) -> float:
@@ -118,6 +126,65 @@ async def pub_flood(args) -> None:
         rs.close()
 
 
+def push_until_stalled(ws: RawWebSocket, data: bytes) -> int:
+    """Writes `data` until the kernel takes none of it for half a second (the node reads no
+    more) or all went; returns how much went. A close or reset from the node ends it too."""
+    sent = 0
+    while sent < len(data) and not ws.eof:
+        readable, writable, _ = select.select([ws.sock], [ws.sock], [], 0.5)
+        if readable:
+            ws._fill(0)
+        if writable:
+            try:
+                sent += ws.sock.send(data[sent:sent + (1 << 20)])
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                ws.eof = True
+        elif not readable:
+            break
+    return sent
+
+
+def held_sub_backlog(args) -> None:
+    rs = RedisServer(persistent=False).start()
+    s = start_node(args, rs)
+    try:
+        wait_up(s)
+        pub = encode_frame(OP_TEXT, json.dumps({"op": "pub", "topic": "behind", "data": "x" * PUB_BYTES}).encode())
+        backlog = encode_frame(OP_TEXT, b'{"op":"sub","topics":["held"]}') + pub * PUBS_BEHIND_SUB
+        ws = RawWebSocket(s.port).open()
+        try:
+            kept0 = metric(s, "wspush_held_input_bytes_total")
+            rs.proc.send_signal(signal.SIGSTOP)  # the sub waits for Redis: the connection is held
+            try:
+                sent = push_until_stalled(ws, backlog)
+                kept = metric(s, "wspush_held_input_bytes_total") - kept0
+                print(f"  held sub: the client pipelined {sent} of {len(backlog)} B before the kernel stopped "
+                      f"taking them; the node kept {kept:.0f} B", file=sys.stderr)
+                closed = ws.eof or (ws.rbuf and ws.recv_frame(1).opcode == OP_CLOSE)
+                check(not closed, f"the node closed a client that pipelined {sent} B behind a held sub")
+                check(kept < MAX_KEPT, f"the node read and kept {kept:.0f} B of a held connection (bound {MAX_KEPT})")
+            finally:
+                rs.proc.send_signal(signal.SIGCONT)
+            check(ws.send_raw(backlog[sent:]), "the node closed the connection once Redis was back")
+            e = json.loads(ws.next_event(scaled(30)).payload)
+            check(e.get("op") == "subbed", f"the held sub was answered {e}")
+            ok = 'wspush_publishes_total{source="client",result="ok"}'
+            open_ = 'wspush_connections{state="open"}'
+            poll_until(lambda: metric(s, ok) == PUBS_BEHIND_SUB or metric(s, open_) == 0, scaled(30))
+            check(metric(s, open_) == 1, f"the node closed the connection after {metric(s, ok):.0f} of the pubs "
+                                         f"behind the held sub (it kept {metric(s, 'wspush_held_input_bytes_total'):.0f} B)")
+            check(metric(s, ok) == PUBS_BEHIND_SUB, "the pubs pipelined behind the held sub were not all published")
+            check(metric(s, "wspush_client_errors_total") == 0, "a pub behind the held sub was refused")
+        finally:
+            ws.close_socket()
+        check(not s.crashed(), "the node crashed")
+    finally:
+        s.kill()
+        rs.close()
+
+
 async def event_bound(args) -> None:
     rs = RedisServer(persistent=False).start()
     s = start_node(args, rs)
@@ -149,6 +216,7 @@ async def event_bound(args) -> None:
 def main(args) -> None:
     f = Findings()
     f.step("a client's pub flood, Redis healthy and frozen", lambda: asyncio.run(pub_flood(args)))
+    f.step("MBs pipelined behind a held sub stay in the kernel", lambda: held_sub_backlog(args))
     f.step("an event larger than the bound, straight into Redis", lambda: asyncio.run(event_bound(args)))
     f.done()
 

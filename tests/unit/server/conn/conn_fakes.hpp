@@ -149,7 +149,7 @@ class recording_app final : public application {
   void on_message(conn_id c, message& m) noexcept override {
     messages.emplace_back(c, std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size()));
     if (echo) ops->send(c, frame_message(ops->buffers(), m));
-    if (hold_on == messages.back().second) ops->hold(c);
+    if (hold_all || hold_on == messages.back().second) ops->hold(c);
   }
   void on_close(conn_id c) noexcept override { closed.push_back(c); }
   std::uint32_t expiry(conn_id) const noexcept override { return exp; }
@@ -161,6 +161,7 @@ class recording_app final : public application {
   conn_ops* ops = nullptr;
   bool echo = false;
   std::string hold_on;  // a message with this payload makes the application hold the connection
+  bool hold_all = false;  // every message does (pubs waiting for a bus, one at a time)
   std::uint32_t exp = 0;
   int expired = 0;
   std::set<conn_id> opened;

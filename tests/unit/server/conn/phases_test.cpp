@@ -87,6 +87,42 @@ TEST_CASE("phases: an application holds a connection's messages while it works a
   CHECK(h.app.messages[6].second == "five");
 }
 
+TEST_CASE("phases: a connection held at every message hands its kept bytes over in place, in order") {
+  harness h;
+  int fd = h.open();
+  h.app.hold_all = true;
+  auto msg = [](const std::string& name) { return name + std::string(1000, 'k'); };
+  std::string in;
+  for (int i = 0; i < 40; ++i) in += client_frame(opcode::text, msg(std::to_string(i)));
+  h.feed(fd, in);  // one read: the first is handed over, the 39 behind it kept
+  REQUIRE(h.app.messages.size() == 1);
+  const ws_rx& rx = *h.conns.at(h.slot(fd)).rx.ws;
+  const std::uint8_t* block = rx.kept.data();
+  for (std::size_t i = 1; i < 40; ++i) {
+    h.app.ops->resume(conn_id(h.slot(fd)));  // one message each: held again behind it
+    REQUIRE(h.app.messages.size() == i + 1);
+    CHECK(h.app.messages[i].second == msg(std::to_string(i)));
+    // Resuming costs what it hands over: the rest stays in its block, it is not copied.
+    if (i < 39) CHECK(h.conns.at(h.slot(fd)).rx.ws->kept.data() == block);
+    if (i == 20) {  // more came while held: behind what is left, in order
+      std::string late;
+      for (int j = 0; j < 30; ++j) late += client_frame(opcode::text, msg("late" + std::to_string(j)));
+      h.feed(fd, late, 4000);
+    }
+  }
+  for (std::size_t j = 0; j < 30; ++j) {
+    h.app.ops->resume(conn_id(h.slot(fd)));
+    REQUIRE(h.app.messages.size() == 41 + j);
+    CHECK(h.app.messages.back().second == msg("late" + std::to_string(j)));
+  }
+  h.app.hold_all = false;
+  h.app.ops->resume(conn_id(h.slot(fd)));
+  h.turn();
+  CHECK(h.wire.sockets[fd].reading);
+  h.feed(fd, client_frame(opcode::text, "after"));
+  CHECK(h.app.messages.back().second == "after");
+}
+
 TEST_CASE("phases: a held connection that floods past the kept bound is closed") {
   harness h;
   h.app.hold_on = "sub";
