@@ -639,7 +639,7 @@ TEST_CASE("admin server: an error answer behind waiting publishes comes after th
   CHECK(b.closed_by_peer());
 }
 
-TEST_CASE("admin server: at most 64 requests of a connection wait; the rest is read once answers went out", "[admin]") {
+TEST_CASE("admin server: at most 64 requests of a connection wait, the rest is read once answers went out", "[admin]") {
   admin_options o;
   o.publish_timeout = 60;
   deferred_fixture f(o);
