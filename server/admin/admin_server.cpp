@@ -21,10 +21,13 @@
 //
 // Publishes to a bus outside the process never make this thread wait: the sink hands them to
 // the bus and answers `pending`; the bus thread puts each settled ticket on the settled queue
-// and wakes the loop, which takes the outcomes (admin_api::settle) and answers the request. A
-// connection whose request waits reads no further requests until it is answered (so answers
-// stay in order); every other connection is served meanwhile. The wait's deadline is one more
-// per-slot deadline.
+// and wakes the loop, which takes the outcomes (admin_api::settle) and answers the request.
+// A connection goes on with its pipelined requests meanwhile, so that a publisher's pipeline
+// reaches Redis as one batch rather than one round trip after another: each waiting request
+// takes a wait slot (at most k_max_waits; past them its input is left in the kernel), and the
+// answers ready at once behind it are held in that slot. Answers go out in request order: a
+// settled wait is written, with what is held behind it, once every wait before it has been.
+// The oldest wait's deadline is one more per-slot deadline (later ones end no sooner).
 
 namespace wspush::server {
 namespace {
@@ -33,6 +36,12 @@ constexpr std::size_t k_out_pause_bytes = 256 * 1024;  // stop reading pipelined
 constexpr std::size_t k_padding = 64;                  // simdjson reads this far past a body
 constexpr std::uint64_t k_index_bits = 20;             // token = gen << 20 | slot index
 constexpr std::uint32_t k_no_slot = ~std::uint32_t{0};
+// A waiting request's tag (admin_api) = its wait's sequence number << 48 | the token (48 bits).
+constexpr std::uint64_t k_seq_shift = 48;
+constexpr std::uint64_t k_token_mask = (std::uint64_t{1} << k_seq_shift) - 1;
+// Requests of one connection waiting for the bus at once (a power of two dividing 2^16: the
+// ring position is the sequence number's low bits). Past it the connection is not read.
+constexpr std::uint16_t k_max_waits = 64;
 
 std::int64_t now_ms() noexcept {
   using namespace std::chrono;
@@ -42,6 +51,15 @@ std::int64_t now_ms() noexcept {
 std::int64_t to_ms(double seconds) noexcept { return static_cast<std::int64_t>(seconds * 1000.0); }
 
 enum class phase : std::uint8_t { free, active, lingering };
+
+/// A request waiting for the bus, and the answers of the requests after it that were ready
+/// at once: they go out after its own.
+struct wait_slot {
+  std::uint64_t tag = 0;
+  std::int64_t until = 0;  // its answer goes out by then, whatever the bus says
+  bool settled = false;    // every outcome is in: admin_api::answer has it all
+  std::string after;
+};
 
 /// An admin connection. It owns its buffers (see the header): admin connections are few.
 struct admin_conn {
@@ -56,12 +74,24 @@ struct admin_conn {
   std::int64_t request_start = 0;   // first byte of the request under way
   std::int64_t last_active = 0;     // last bytes in or out: the quietest unkeyed one is evicted first
   std::int64_t deadline = 0;
-  std::int64_t wait_until = 0;      // a publish of its request waits for the bus until then (0: none)
-  bool read_stopped = false;        // while it waits, its input reached the bound: the kernel keeps the rest
-  bool peer_done = false;           // the client ended its side while its request waited
+  bool read_stopped = false;        // requests wait and its input reached a bound: the kernel keeps the rest
+  bool peer_done = false;           // the client ended its side while requests waited
+  bool touched = false;             // a wait of it settled in this wake-up
+  std::uint16_t waits = 0;          // requests waiting for the bus: slots[first ..] (mod k_max_waits)
+  std::uint16_t first = 0;          // sequence number of the oldest
+  std::size_t held = 0;             // bytes held in `after` of every wait but the newest
   std::string in, out;
   std::size_t out_sent = 0;
   proto::http_request_parser parser;
+  std::vector<wait_slot> slots;     // k_max_waits of them from the first wait on; none while closed
+
+  wait_slot& slot(std::uint16_t seq) noexcept { return slots[seq % k_max_waits]; }
+  wait_slot& oldest() noexcept { return slot(first); }
+  const wait_slot& oldest() const noexcept { return slots[first % k_max_waits]; }
+  /// Where the next answer goes: behind the newest wait, or straight out.
+  std::string& answers() noexcept { return waits ? slot(static_cast<std::uint16_t>(first + waits - 1)).after : out; }
+  /// Output not yet taken by the client, held behind waits included.
+  std::size_t unsent() noexcept { return out.size() - out_sent + held + (waits ? answers().size() : 0); }
 };
 
 /// Tickets the sink settled on other threads, for the admin thread. Shared with the sink's
@@ -97,6 +127,7 @@ class admin_server::loop final : public io_handler {
         _listen_fd(listen_fd),
         _conns(o.max_connections),
         _max_in(std::size_t{o.max_head_bytes} + o.max_body_bytes + 64 * 1024) {
+    _touched.reserve(o.max_connections);
     if (metrics) {
       _conn_gauge = &metrics->add_gauge("wspush_admin_connections");
       _evictions = &metrics->add_counter("wspush_admin_connections_evicted_total");
@@ -156,7 +187,18 @@ class admin_server::loop final : public io_handler {
   void close_conn(std::uint32_t i) noexcept;
   void mark_keyed(admin_conn& c) noexcept;
   void process(std::uint32_t i, std::int64_t now) noexcept;
-  void end_wait(std::uint32_t i, std::int64_t now) noexcept;
+  /// The tag admin_api keeps a waiting request of slot i by: its wait's sequence number and the token.
+  std::uint64_t wait_tag(std::uint32_t i) const noexcept {
+    const admin_conn& c = _conns[i];
+    return std::uint64_t{static_cast<std::uint16_t>(c.first + c.waits)} << k_seq_shift | token(i);
+  }
+  void open_wait(admin_conn& c, std::uint64_t tag, std::int64_t until) noexcept;
+  bool write_answered(admin_conn& c, std::int64_t now) noexcept;
+  void answered(std::uint32_t i, std::int64_t now) noexcept;
+  bool pace_reading(std::uint32_t i) noexcept;
+  bool holds_input(const admin_conn& c) const noexcept {
+    return c.waits >= k_max_waits || (c.waits != 0 && c.in.size() >= _max_in);
+  }
   bool flush(std::uint32_t i, std::int64_t now) noexcept;
   void start_linger(std::uint32_t i, std::int64_t now) noexcept;
   void rearm(admin_conn& c, std::int64_t now) noexcept;
@@ -168,6 +210,7 @@ class admin_server::loop final : public io_handler {
   std::unique_ptr<io_backend> _io;
   std::shared_ptr<settled_queue> _settled;
   std::vector<std::uint64_t> _taking;  // settled tickets being handled (the queue's, swapped out)
+  std::vector<std::uint32_t> _touched;  // connections with a wait settled by them
   int _listen_fd;
   std::vector<admin_conn> _conns;
   std::size_t _max_in;  // input held for one connection: one whole request and some pipelined bytes
@@ -199,8 +242,9 @@ void admin_server::loop::on_accept(int, int fd) noexcept {
   if (c.gen == 0) c.gen = 1;
   c.ph = phase::active;
   c.close_when_flushed = c.waiting_writable = c.continue_sent = c.screened = c.keyed = false;
-  c.wait_until = 0;
-  c.read_stopped = c.peer_done = false;
+  c.read_stopped = c.peer_done = c.touched = false;
+  c.waits = 0;
+  c.held = 0;
   c.in.clear();
   c.out.clear();
   c.out_sent = 0;
@@ -223,7 +267,7 @@ std::uint32_t admin_server::loop::take_slot() noexcept {
     const admin_conn& c = _conns[i];
     if (c.ph == phase::free) {
       if (free == k_no_slot) free = i;
-    } else if (!c.keyed && c.wait_until == 0 &&  // one whose publish waits for the bus is owed its answer
+    } else if (!c.keyed && c.waits == 0 &&  // one whose publish waits for the bus is owed its answer
                (quietest == k_no_slot || c.last_active < _conns[quietest].last_active)) {
       quietest = i;
     }
@@ -246,8 +290,7 @@ void admin_server::loop::mark_keyed(admin_conn& c) noexcept {
 void admin_server::loop::close_conn(std::uint32_t i) noexcept {
   admin_conn& c = _conns[i];
   if (c.ph == phase::free) return;
-  if (c.wait_until != 0) _api.forget(token(i));  // nobody is left to answer
-  c.wait_until = 0;
+  for (; c.waits != 0; --c.waits, ++c.first) _api.forget(c.oldest().tag);  // nobody is left to answer
   _io->close(c.fd, token(i));
   c.fd = -1;
   c.ph = phase::free;
@@ -256,6 +299,8 @@ void admin_server::loop::close_conn(std::uint32_t i) noexcept {
   // Give back what a large request or response grew: a closed slot keeps nothing.
   std::string().swap(c.in);
   std::string().swap(c.out);
+  std::vector<wait_slot>().swap(c.slots);
+  c.held = 0;
   --_open;
   if (_conn_gauge) _conn_gauge->set(_open);
 }
@@ -265,26 +310,20 @@ void admin_server::loop::on_data(conn_token t, std::span<std::uint8_t> bytes) no
   if (i == k_no_slot) return;
   admin_conn& c = _conns[i];
   if (c.ph == phase::lingering || c.close_when_flushed) return;  // the rest of a refused request
-  const bool waiting = c.wait_until != 0;
-  if (c.in.size() + bytes.size() > _max_in && !waiting) return close_conn(i);  // pipelining into a stuck output
+  if (c.in.size() + bytes.size() > _max_in && c.waits == 0) return close_conn(i);  // pipelining into a stuck output
   const std::int64_t now = now_ms();
   c.last_active = now;
   if (c.in.empty()) c.request_start = now;
   // Room for simdjson's padding after whatever body this completes: views stay put below.
   c.in.reserve(c.in.size() + bytes.size() + k_padding);
   c.in.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (waiting && c.in.size() >= _max_in && !c.read_stopped) {
-    // Pipelined requests behind one that waits for the bus: leave the rest in the kernel.
-    _io->stop_reading(c.fd, t);
-    c.read_stopped = true;
-  }
   process(i, now);
 }
 
 void admin_server::loop::on_read_end(conn_token t, int res) noexcept {
   const std::uint32_t i = lookup(t);
   if (i == k_no_slot) return;
-  if (_conns[i].wait_until != 0 && res == 0) {  // only done sending: the answer it waits for, then the close
+  if (_conns[i].waits != 0 && res == 0) {  // only done sending: the answers it waits for, then the close
     _conns[i].peer_done = true;
     if (!_conns[i].read_stopped) _io->stop_reading(_conns[i].fd, t);  // the EOF is level-triggered
     _conns[i].read_stopped = true;
@@ -304,16 +343,18 @@ void admin_server::loop::on_writable(conn_token t) noexcept {
   if (_conns[i].ph == phase::active && flush(i, now)) process(i, now);  // requests held back by output
 }
 
-/// Answers every complete request in the input, in order (pipelining), up to one that ends
-/// the connection or until too much output waits; then sends what it can.
+/// Handles every complete request in the input, in order (pipelining), up to one that ends
+/// the connection, until too much output waits or as many requests wait for the bus as may;
+/// then sends what it can. An answer behind a waiting request is held until that one's is out.
 void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
   admin_conn& c = _conns[i];
-  while (!c.close_when_flushed && c.wait_until == 0 && !c.in.empty() && c.out.size() - c.out_sent < k_out_pause_bytes) {
+  while (!c.close_when_flushed && c.waits < k_max_waits && !c.in.empty() && c.unsent() < k_out_pause_bytes) {
+    std::string& out = c.answers();
     proto::http_request req;
     const proto::http_request_result r = c.parser.parse(c.in, req);
     if (r.status != proto::parse_status::error && c.parser.head_complete() && !c.screened) {
       // The head is in: answer now what will be refused, before reading (let alone keeping) a body.
-      const admin_api::head_verdict v = _api.screen(req, c.out);
+      const admin_api::head_verdict v = _api.screen(req, out);
       if (v == admin_api::head_verdict::answered_close) {
         c.close_when_flushed = true;
         break;
@@ -330,47 +371,91 @@ void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
     }
     if (r.status == proto::parse_status::need_more) {
       if (c.parser.head_complete() && req.expect_continue && !c.continue_sent) {
-        c.out += admin_api::continue_response;
+        out += admin_api::continue_response;
         c.continue_sent = true;
       }
       break;
     }
     if (r.status == proto::parse_status::error) {
-      _api.respond_error(r.http_status, r.reason, c.out);
+      _api.respond_error(r.http_status, r.reason, out);
       c.close_when_flushed = true;
       break;
     }
     const std::size_t body_at = req.body.empty() ? c.in.size() : static_cast<std::size_t>(req.body.data() - c.in.data());
-    const admin_api::respond_result a = _api.respond(req, c.in.capacity() - body_at, c.out, token(i));
-    c.close_when_flushed = a == admin_api::respond_result::close;
-    if (a == admin_api::respond_result::pending) c.wait_until = now + to_ms(_opt.publish_timeout);
+    const std::uint64_t tag = wait_tag(i);
+    const admin_api::respond_result a = _api.respond(req, c.in.capacity() - body_at, out, tag);
+    if (a == admin_api::respond_result::pending) {
+      open_wait(c, tag, now + to_ms(_opt.publish_timeout));
+      c.close_when_flushed = !req.keep_alive;  // nothing after it is handled; the close follows its answer
+    } else {
+      c.close_when_flushed = a == admin_api::respond_result::close;
+    }
     c.in.erase(0, r.consumed);
     c.parser.reset();
     c.continue_sent = c.screened = false;
     c.request_start = now;
   }
-  if (flush(i, now)) rearm(c, now);
+  if (flush(i, now) && pace_reading(i)) rearm(c, now);
 }
 
-/// The request of slot i waited for the bus and now has its answer: every outcome came in, or
-/// its deadline passed. The answer goes out and the requests behind it are read on.
-void admin_server::loop::end_wait(std::uint32_t i, std::int64_t now) noexcept {
+/// While as many requests wait as may, or a full input waits behind them, the connection is
+/// not read (the kernel keeps the rest); it is read again once answers went out. False when
+/// the connection was closed.
+bool admin_server::loop::pace_reading(std::uint32_t i) noexcept {
   admin_conn& c = _conns[i];
-  c.wait_until = 0;
-  c.close_when_flushed = _api.answer(token(i), c.out);
-  c.last_active = c.request_start = now;
-  if (c.peer_done) {  // the client is done sending: what it asked for gets one try, as on_read_end does
-    if (flush(i, now)) close_conn(i);
-    return;
-  }
+  if (c.ph != phase::active || c.peer_done || c.read_stopped == holds_input(c)) return true;
+  c.read_stopped = !c.read_stopped;
   if (c.read_stopped) {
-    c.read_stopped = false;
-    if (!_io->start_reading(c.fd, token(i))) return close_conn(i);
-    if (c.waiting_writable) _io->wait_writable(c.fd, token(i));  // stop_reading dropped that interest too
+    _io->stop_reading(c.fd, token(i));
+    return true;
   }
-  process(i, now);
+  if (!_io->start_reading(c.fd, token(i))) return close_conn(i), false;
+  if (c.waiting_writable) _io->wait_writable(c.fd, token(i));  // stop_reading dropped that interest too
+  return true;
 }
 
+/// A request waits for the bus from now until `until`: its wait slot, the newest.
+void admin_server::loop::open_wait(admin_conn& c, std::uint64_t tag, std::int64_t until) noexcept {
+  if (c.slots.empty()) c.slots.resize(k_max_waits);  // once per connection: kept until it closes
+  if (c.waits != 0) c.held += c.answers().size();     // the newest's held answers are complete
+  wait_slot& w = c.slot(static_cast<std::uint16_t>(c.first + c.waits));
+  w.tag = tag;
+  w.until = until;
+  w.settled = false;
+  ++c.waits;
+}
+
+/// Moves to the output, in order, the answers now known: the oldest waits that settled or
+/// whose time is up, each with the answers held behind it. False when none was.
+bool admin_server::loop::write_answered(admin_conn& c, std::int64_t now) noexcept {
+  bool any = false;
+  while (c.waits != 0 && (c.oldest().settled || c.oldest().until <= now)) {
+    wait_slot& w = c.oldest();
+    if (_api.answer(w.tag, c.out)) c.close_when_flushed = true;  // timeout if it is not settled
+    c.out += w.after;
+    if (c.waits > 1) c.held -= w.after.size();
+    w.after.clear();
+    w.tag = 0;
+    ++c.first;
+    --c.waits;
+    any = true;
+  }
+  return any;
+}
+
+/// Waits of slot i settled, or the oldest one's time is up: what is answered goes out, and the
+/// requests held back by the waits are handled on.
+void admin_server::loop::answered(std::uint32_t i, std::int64_t now) noexcept {
+  admin_conn& c = _conns[i];
+  if (!write_answered(c, now)) return;  // the oldest still waits: nothing can go out before it
+  c.last_active = c.request_start = now;
+  process(i, now);
+  // The client is done sending: once nothing waits, what it asked for got its one try, as on_read_end gives.
+  if (c.peer_done && c.ph != phase::free && c.waits == 0 && flush(i, now)) close_conn(i);
+}
+
+/// Takes every settled ticket; each connection with an answer to give is served once, so that
+/// the answers that settled together leave in one write.
 void admin_server::loop::on_wake() noexcept {
   {
     std::lock_guard lock(_settled->m);
@@ -380,9 +465,21 @@ void admin_server::loop::on_wake() noexcept {
   for (const std::uint64_t ticket : _taking) {
     const std::uint64_t tag = _api.settle(ticket);
     if (tag == 0) continue;
-    if (const std::uint32_t i = lookup(tag); i != k_no_slot && _conns[i].wait_until != 0) end_wait(i, now);
+    const std::uint32_t i = lookup(tag & k_token_mask);
+    if (i == k_no_slot || _conns[i].waits == 0) continue;
+    admin_conn& c = _conns[i];
+    wait_slot& w = c.slot(static_cast<std::uint16_t>(tag >> k_seq_shift));
+    if (w.tag != tag) continue;
+    w.settled = true;
+    if (!c.touched) _touched.push_back(i);
+    c.touched = true;
   }
   _taking.clear();
+  for (const std::uint32_t i : _touched) {
+    _conns[i].touched = false;
+    if (_conns[i].ph != phase::free) answered(i, now);
+  }
+  _touched.clear();
 }
 
 /// Sends queued output. Returns false when the connection was closed.
@@ -402,7 +499,7 @@ bool admin_server::loop::flush(std::uint32_t i, std::int64_t now) noexcept {
   }
   c.out.clear();
   c.out_sent = 0;
-  if (c.close_when_flushed && c.ph == phase::active) start_linger(i, now);
+  if (c.close_when_flushed && c.ph == phase::active && c.waits == 0) start_linger(i, now);  // the last answer is out
   return true;
 }
 
@@ -431,8 +528,8 @@ void admin_server::loop::expire(std::int64_t now) noexcept {
   for (std::uint32_t i = 0; i < _conns.size(); ++i) {
     admin_conn& c = _conns[i];
     if (c.ph == phase::free) continue;
-    if (c.wait_until != 0) {  // its other deadlines stand still while the bus has this long
-      if (c.wait_until <= now) end_wait(i, now);
+    if (c.waits != 0) {  // its other deadlines stand still while the bus has this long
+      if (c.oldest().until <= now) answered(i, now);
       continue;
     }
     if (c.deadline > now) continue;
@@ -451,7 +548,7 @@ int admin_server::loop::poll_timeout(std::int64_t now) const noexcept {
   std::int64_t wait = 1000;  // also bounds how long a missed wake-up could delay stop()
   for (const admin_conn& c : _conns) {
     if (c.ph == phase::free) continue;
-    const std::int64_t at = c.wait_until != 0 ? c.wait_until : c.deadline;
+    const std::int64_t at = c.waits != 0 ? c.oldest().until : c.deadline;
     if (at - now < wait) wait = at - now;
   }
   return wait < 0 ? 0 : static_cast<int>(wait);

@@ -9,8 +9,11 @@
 /// The thread never waits on anything but its own sockets: a publish to the Redis bus is
 /// handed over and answered when Redis has answered (or `publish_timeout` has passed), while
 /// every other connection is served; so /healthz and /readyz answer at once whatever Redis
-/// does. A connection whose request waits reads no further requests meanwhile (answers stay
-/// in order), and at most `max_waiting_publishes` publishes wait at once (past it: 503).
+/// does. A connection's pipelined requests are handled while earlier ones wait (so a
+/// publisher's pipeline reaches Redis together), and answered in request order: an answer
+/// ready at once waits behind the earlier ones. At most 64 requests of one connection wait at
+/// once (past that its input is left in the kernel until answers went out), and at most
+/// `max_waiting_publishes` publishes of the node (past it: 503).
 ///
 /// Bounds and timeouts, so a slow or hostile client costs a slot and nothing else:
 /// - a connection that has not presented the API key (*unkeyed*: every new one) may hold at
@@ -25,8 +28,9 @@
 ///   408 and close; a keyed keep-alive connection idle for `idle_timeout` is closed;
 /// - output not taken by the client for `request_timeout` closes the connection; while more
 ///   than 256 KiB of output waits, pipelined requests are not read further;
-/// - after an error answer the write side is shut and the rest of the request read and dropped
-///   for at most `linger_timeout`, so that the client sees the 4xx instead of a reset.
+/// - after an error answer (written after the answers of the requests before it) the write
+///   side is shut and the rest of the request read and dropped for at most `linger_timeout`,
+///   so that the client sees the 4xx instead of a reset; nothing after it is handled.
 ///
 /// Wiring (the lead): build a metrics_registry and a publish_sink, start the server after the
 /// shards, call set_draining(true) on SIGTERM, stop() (or destroy) last.

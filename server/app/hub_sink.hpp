@@ -38,12 +38,12 @@ class bus_sink final : public publish_sink {
   publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
     if (!_bus.up()) return {publish_outcome::unavailable, "the bus is down"};
     try {
-      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, _notify)};
+      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, true)};
     } catch (const std::exception&) {
     }
     return {publish_outcome::unavailable, "the bus is down"};
   }
-  void set_notify(publish_notify notify) noexcept override { _notify = std::move(notify); }
+  void set_notify(publish_notify notify) noexcept override { _bus.set_publish_notify(std::move(notify)); }
   publish_outcome collect(std::uint64_t ticket) noexcept override {
     try {
       switch (_bus.publish_collect(ticket, _id, std::chrono::milliseconds{0})) {
@@ -62,7 +62,6 @@ class bus_sink final : public publish_sink {
  private:
   bus::redis_bus& _bus;
   std::string _id;
-  publish_notify _notify;
 };
 
 /// Echo and broadcast have no topics: every publish is answered 503 (unavailable).

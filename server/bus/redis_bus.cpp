@@ -99,7 +99,7 @@ struct redis_bus::waiter {
   bus_publish result = bus_publish::unavailable;
   std::string id;
   std::uint64_t ticket = 0;
-  publish_notify notify;  // told the ticket once settled (publish_queue)
+  redis_bus* notify = nullptr;  // its publish notify is told the ticket once settled (publish_queue)
   void finish(bus_publish r, std::string_view text) {
     {
       std::lock_guard lock(m);
@@ -108,7 +108,7 @@ struct redis_bus::waiter {
       done = true;
       cv.notify_all();
     }
-    if (notify) notify(ticket);
+    if (notify) notify->notify_settled(ticket);
   }
 };
 
@@ -312,7 +312,17 @@ bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view
   return true;
 }
 
-std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, publish_notify notify) {
+void redis_bus::set_publish_notify(publish_notify notify) noexcept {
+  std::lock_guard lock(_notify_m);
+  _notify = std::move(notify);
+}
+
+void redis_bus::notify_settled(std::uint64_t ticket) noexcept {
+  std::lock_guard lock(_notify_m);
+  if (_notify) _notify(ticket);
+}
+
+std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, bool notify) {
   auto w = std::make_shared<waiter>();
   std::uint64_t ticket;
   {
@@ -321,7 +331,7 @@ std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view 
     _tickets.emplace(ticket, w);
   }
   w->ticket = ticket;
-  w->notify = std::move(notify);
+  if (notify) w->notify = this;
   if (!up()) {
     w->finish(bus_publish::unavailable, "the bus is down");
     return ticket;

@@ -135,12 +135,16 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   /// handed to Redis is unknown.
   bus_publish publish_wait(std::string_view topic, std::string_view data, std::string& id,
                            std::chrono::milliseconds timeout);
+  /// Any thread: what publish_queue(..., true) calls with the ticket once the publish is
+  /// settled (on the bus thread, or in publish_queue when the bus is down). Set before such
+  /// publishes; an empty one (once nobody listens) calls nothing. Kept once here, not per
+  /// publish.
+  void set_publish_notify(publish_notify notify) noexcept;
   /// Queues a publish whose answer publish_collect() takes (a batch: all go to Redis back to
-  /// back). Returns a ticket. `notify(ticket)`, when given, is called once the publish is
-  /// settled (on the bus thread, or in this call when the bus is down), so that a caller need
-  /// not wait: it collects with a zero timeout then. It is not called for a publish withdrawn
-  /// by a collect that gave up before it was sent.
-  std::uint64_t publish_queue(std::string_view topic, std::string_view data, publish_notify notify = {});
+  /// back). Returns a ticket. With `notify`, the publish notify is told the ticket once it is
+  /// settled, so that a caller need not wait: it collects with a zero timeout then. It is not
+  /// told of a publish withdrawn by a collect that gave up before it was sent.
+  std::uint64_t publish_queue(std::string_view topic, std::string_view data, bool notify = false);
   /// The answer to a queued publish, waiting at most `timeout` (0: not at all); the ticket is
   /// spent either way. Past the wait: unknown when it was handed to Redis, else unavailable
   /// (withdrawn: it is never sent).
@@ -159,6 +163,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   struct request;
   struct topic_state;
   struct pending;
+
+  void notify_settled(std::uint64_t ticket) noexcept;  // a waiter's: tells _notify
 
   // loop_handler (the bus's loop has no connections)
   void on_accept(int) noexcept override {}
@@ -266,6 +272,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way
   std::mutex _tickets_m;
   std::uint64_t _next_ticket = 1;
+  std::mutex _notify_m;  // set_publish_notify on the admin's starting thread, calls on the bus thread
+  publish_notify _notify;
   simdjson::dom::parser _json;
   std::string _scratch;
   redis_bus_counters _n;

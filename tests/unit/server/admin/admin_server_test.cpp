@@ -549,3 +549,115 @@ TEST_CASE("admin server: a client gone while its publish waits, and /readyz says
   f.sink.settle_all();
   CHECK(c.request("GET", "/healthz").status == 200);
 }
+
+namespace {
+
+double admin_metric(http_client& c, const std::string& name) {
+  return check_prometheus_text(c.request("GET", "/metrics").body).samples.at(name);
+}
+
+const std::string k_ok_total = "wspush_publishes_total{source=\"admin\",result=\"ok\"}";
+
+}  // namespace
+
+TEST_CASE("admin server: pipelined publishes wait together and are answered in order as outcomes arrive", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;
+  deferred_fixture f(o);
+  http_client a(f.port()), probe(f.port());
+  // Three publishes and a probe in one write: all three reach the sink before any is answered.
+  REQUIRE(a.send(post("/publish", publish_body("t", "1")) + post("/publish", publish_body("t", "2")) +
+                 "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n" + post("/publish", publish_body("t", "3"))));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 3; }));
+  // The last settles first: its answer waits for the two before it (and the probe's too).
+  f.sink.settle(3);
+  REQUIRE(wspush::test::eventually([&] { return admin_metric(probe, k_ok_total) == 1; }));
+  CHECK(nothing_to_read(a));
+  f.sink.settle(1);
+  http_response r = a.read_response();
+  CHECK(r.status == 200);
+  CHECK(r.body == R"({"id":"k3f9:1"})");
+  REQUIRE(wspush::test::eventually([&] { return admin_metric(probe, k_ok_total) == 2; }));
+  CHECK(nothing_to_read(a));
+  f.sink.settle(2);
+  CHECK(a.read_response().body == R"({"id":"k3f9:2"})");
+  CHECK(a.read_response().body == R"({"status":"ok"})");
+  CHECK(a.read_response().body == R"({"id":"k3f9:3"})");
+  // The connection goes on.
+  REQUIRE(a.send(post("/publish", publish_body("t", "4"))));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 1; }));
+  f.sink.settle(4);
+  CHECK(a.read_response().body == R"({"id":"k3f9:4"})");
+  CHECK(admin_metric(probe, "wspush_admin_publishes_waiting") == 0);
+}
+
+TEST_CASE("admin server: an oldest publish that times out goes first, a later settled one after it", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 0.3;
+  deferred_fixture f(o);
+  http_client a(f.port());
+  REQUIRE(a.send(post("/publish", publish_body("t", "1")) + post("/publish", publish_body("t", "2"))));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 2; }));
+  f.sink.settle(2);
+  http_response r = a.read_response();
+  CHECK(r.status == 504);
+  CHECK(r.body.rfind(R"({"error":"timeout")", 0) == 0);
+  r = a.read_response();
+  CHECK(r.status == 200);
+  CHECK(r.body == R"({"id":"k3f9:2"})");
+}
+
+TEST_CASE("admin server: an error answer behind waiting publishes comes after theirs, and ends the connection", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;
+  deferred_fixture f(o);
+  http_client a(f.port());
+  // Two publishes, garbage, and a publish that must never be handled.
+  REQUIRE(a.send(post("/publish", publish_body("t", "1")) + post("/publish", publish_body("t", "2")) +
+                 "garbage\r\n\r\n" + post("/publish", publish_body("t", "3"))));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 2; }));
+  CHECK(nothing_to_read(a));
+  f.sink.settle(2);
+  f.sink.settle(1);
+  CHECK(a.read_response().body == R"({"id":"k3f9:1"})");
+  CHECK(a.read_response().body == R"({"id":"k3f9:2"})");
+  http_response e = a.read_response();
+  CHECK(e.status == 400);
+  CHECK(e.headers["connection"] == "close");
+  CHECK(a.closed_by_peer());
+  CHECK(f.sink.published_count() == 2);
+  // A publish asking to close: the requests after it are not handled either.
+  http_client b(f.port());
+  REQUIRE(b.send(post("/publish", publish_body("t", "4")) + post("/publish", publish_body("t", "5"), "Connection: close\r\n") +
+                 "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n"));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.pending_count() == 2; }));
+  f.sink.settle_all();
+  CHECK(b.read_response().body == R"({"id":"k3f9:3"})");
+  http_response last = b.read_response();
+  CHECK(last.body == R"({"id":"k3f9:4"})");
+  CHECK(last.headers["connection"] == "close");
+  CHECK(b.closed_by_peer());
+}
+
+TEST_CASE("admin server: at most 64 requests of a connection wait, the rest is read once answers went out", "[admin]") {
+  admin_options o;
+  o.publish_timeout = 60;
+  deferred_fixture f(o);
+  http_client a(f.port()), probe(f.port());
+  std::string many;
+  for (int k = 1; k <= 70; ++k) many += post("/publish", publish_body("t", std::to_string(k)));
+  REQUIRE(a.send(many));
+  REQUIRE(wspush::test::eventually([&] { return f.sink.published_count() == 64; }));
+  CHECK(admin_metric(probe, "wspush_admin_publishes_waiting") == 64);
+  CHECK(f.sink.published_count() == 64);
+  f.sink.settle(1);
+  CHECK(a.read_response().body == R"({"id":"k3f9:1"})");
+  REQUIRE(wspush::test::eventually([&] { return f.sink.published_count() == 65; }));
+  f.sink.settle_all();
+  REQUIRE(wspush::test::eventually([&] { return f.sink.published_count() == 70; }));
+  f.sink.settle_all();
+  for (int k = 2; k <= 70; ++k) {
+    const http_response r = a.read_response();
+    CHECK(r.body == "{\"id\":\"k3f9:" + std::to_string(k) + "\"}");
+  }
+}

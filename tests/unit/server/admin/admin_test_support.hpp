@@ -106,6 +106,22 @@ struct deferred_sink : server::publish_sink {
     }
     for (std::uint64_t t : done) n(t);
   }
+  /// Settles one pending publish (tickets count from 1 in the order the sink saw them).
+  void settle(std::uint64_t ticket, server::publish_outcome::kind_t kind = server::publish_outcome::ok) {
+    server::publish_notify n;
+    {
+      std::lock_guard lock(mu);
+      entry& e = entries.at(ticket - 1);
+      e.settled = true;
+      e.kind = kind;
+      n = notify;
+    }
+    n(ticket);
+  }
+  std::size_t published_count() {
+    std::lock_guard lock(mu);
+    return entries.size();
+  }
   std::size_t pending_count() {
     std::lock_guard lock(mu);
     std::size_t k = 0;
