@@ -73,11 +73,13 @@ bool session::on_open(conn_id c, const open_info& info) noexcept {
 void session::on_close(conn_id c) noexcept {
   if (_bus) {
     unsubscribe_all(c);
-    for (auto& [id, w] : _waiting_subs)
-      if (w.conn == c && !w.closed) {
-        w.closed = true;  // its answer finds no one (a reused slot is another connection)
-        _bus->withdraw(_shard, id);  // and what the bus keeps for it goes now
+    if (auto o = _waiting_of.find(c); o != _waiting_of.end()) {
+      if (auto w = _waiting_subs.find(o->second); w != _waiting_subs.end() && !w->second.closed) {
+        w->second.closed = true;  // its answer finds no one (a reused slot is another connection)
+        _bus->withdraw(_shard, o->second);  // and what the bus keeps for it goes now
       }
+      _waiting_of.erase(o);
+    }
     _pubs.erase(c);  // answers to its pubs find no one
   } else if (_fanout.registry().unsubscribe_all(c)) {
     _fanout.count_subscriptions();  // a reused slot starts with no topics
@@ -354,13 +356,16 @@ void session::bus_sub(conn_id c) noexcept {
   try {
     // Room first: then only the node's allocation can throw, before `w` is moved.
     _waiting_subs.reserve(_waiting_subs.size() + 1);
+    _waiting_of[c] = request;
     at = _waiting_subs.emplace(request, std::move(w)).first;
   } catch (const std::bad_alloc&) {
+    _waiting_of.erase(c);
     return refuse(w.counted);
   }
   if (!_bus->subscribe(std::move(s))) {  // the bus is down: nothing was taken, no hold either
     refuse(at->second.counted);
     _waiting_subs.erase(at);
+    _waiting_of.erase(c);
     return;
   }
   _ops->hold(c);
@@ -437,6 +442,7 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   if (it == _waiting_subs.end()) return;
   waiting_sub w = std::move(it->second);
   _waiting_subs.erase(it);
+  if (auto o = _waiting_of.find(w.conn); o != _waiting_of.end() && o->second == r->request) _waiting_of.erase(o);
   for (const std::string& t : w.counted) stop_waiting_for(t);
   const conn_id c = r->conn;
   const bool here = !w.closed && _ops->is_open(c);

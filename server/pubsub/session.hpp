@@ -91,6 +91,9 @@ class session final : public application, private bus_reply_handler {
   std::uint32_t _shard = 0;
   std::uint64_t _next_request = 1;
   std::unordered_map<std::uint64_t, waiting_sub> _waiting_subs;
+  // The sub each open connection waits for (at most one: the connection is held meanwhile),
+  // so that a close finds it without a scan (many wait while Redis is away).
+  std::unordered_map<conn_id, std::uint64_t> _waiting_of;
   std::unordered_map<std::string, std::uint32_t> _waiting_topics;
   // With a bus: per connection with pubs Redis has not answered, how many. At
   // max_pubs_in_flight the connection is held (read no further) until one is answered. A pub's
