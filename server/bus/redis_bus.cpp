@@ -23,6 +23,11 @@ constexpr std::string_view node_prefix = "wspush:node:";
 constexpr std::size_t channels_per_command = 1000;
 constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
 constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
+// A replay is read in pages (wspush_replay's bound): no reply Redis builds, nor one the node
+// reads, is larger than a page, however long the history; and the pages in flight node-wide
+// are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
+constexpr std::string_view replay_page_entries = "64", replay_page_bytes = "1048576";
+constexpr std::uint32_t max_pages_in_flight = 8;
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
 constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
 constexpr std::uint32_t held_sub_ticks = 200;         // a sub waits 10 s for Redis to come back
@@ -164,6 +169,7 @@ struct redis_bus::pending {
   std::unique_ptr<pubsub::bus_sub> s;
   std::uint32_t unconfirmed = 0, replies_left = 0;
   bool marker_seen = false, failed = false;
+  bool marker_sent = false;    // behind the last page of every part (maybe_finish)
   bool held = false;           // waits for Redis to come back (bus::_held_subs)
   std::uint32_t deadline = 0;  // held: the tick it is refused at
   bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
@@ -171,6 +177,7 @@ struct redis_bus::pending {
     std::string topic, since;
     std::string last_id;       // the newest id replayed
     std::string live_last_id;  // catch-up: the newest live event held back
+    std::string cursor;        // where the next page starts (wspush_replay's `next`); empty: the first
     bool lost = false, replaying = false, overflow = false;
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
@@ -373,6 +380,7 @@ bus_publish redis_bus::publish_wait(std::string_view topic, std::string_view dat
 void redis_bus::on_turn() noexcept {
   take_requests();
   send_batches();
+  pump_pages();
   for (std::uint32_t k = 0; k < _pubs_done.size(); ++k) {
     if (_pubs_done[k].empty()) continue;
     auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
@@ -694,32 +702,77 @@ void redis_bus::advance(std::uint64_t pid) noexcept {
   start_replay(pid);
 }
 
-/// FCALL wspush_replay for each topic with a `since`, then a marker on this node's channel
-/// right behind them; live events are kept aside until the marker is back.
+/// FCALL wspush_replay for each topic with a `since`, page after page, one page of the sub
+/// in flight at a time; then a marker on this node's channel right behind the last page
+/// (maybe_finish). Live events are kept aside until the marker is back.
 void redis_bus::start_replay(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   for (std::uint32_t k = 0; k < p.parts.size(); ++k) {
     auto& part = p.parts[k];
     if (part.since.empty()) continue;
     part.last = key_of(part.since);
-    auto* o = new (std::nothrow) op{op::replay, pid, k};
-    const bool sent = o && (p.mark_mode ? command({"FCALL", "wspush_replay", "0", part.topic, part.since, "mark"}, o)
-                                        : command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o));
-    if (!sent) return drop_pending(pid);
     ++p.replies_left;
     part.replaying = true;
     if (p.kind == pending::sub) _topics[part.topic].replaying.push_back(pid);
   }
-  const std::string token = std::to_string(pid);
-  auto* o = new (std::nothrow) op{op::marker, pid};
-  if (!o || !command({"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+  queue_page(pid, next_part(p, 0));
+}
+
+/// The first part at or after `from` with a `since` (parts.size(): none).
+std::uint32_t redis_bus::next_part(const pending& p, std::uint32_t from) noexcept {
+  while (from < p.parts.size() && p.parts[from].since.empty()) ++from;
+  return std::uint32_t(from);
+}
+
+/// A page of part `k` waits its turn: pages go to Redis in the order they were queued, at
+/// most max_pages_in_flight node-wide.
+void redis_bus::queue_page(std::uint64_t pid, std::uint32_t k) noexcept {
+  try {
+    _page_queue.emplace_back(pid, k);
+  } catch (...) {
+    return drop_pending(pid);
+  }
+  pump_pages();
+}
+
+void redis_bus::pump_pages() noexcept {
+  while (_pages_in_flight < max_pages_in_flight && !_page_queue.empty()) {
+    const auto [pid, k] = _page_queue.front();
+    _page_queue.pop_front();
+    auto it = _pending.find(pid);
+    if (it == _pending.end() || it->second.failed || k >= it->second.parts.size()) continue;
+    pending& p = it->second;
+    auto& part = p.parts[k];
+    // The first page from `since` (a mark, for a catch-up); the next ones from the last id a
+    // page returned, an id the stream issued.
+    const bool first = part.cursor.empty();
+    const std::string_view mode = first && p.mark_mode ? "mark" : "event";
+    auto* o = new (std::nothrow) op{op::replay, pid, k};
+    if (o) o->tag = _link_gen;
+    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, first ? part.since : part.cursor, mode,
+                        replay_page_entries, replay_page_bytes},
+                       o)) {
+      drop_pending(pid);
+      continue;
+    }
+    ++_pages_in_flight;
+  }
 }
 
 void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
   auto it = _pending.find(pid);
   if (it == _pending.end()) return;
   pending& p = it->second;
-  if (p.replies_left > 0 || !p.marker_seen) return;
+  if (p.replies_left > 0) return;
+  if (!p.marker_seen && !p.marker_sent) {
+    // Every page is read: when this comes back, every publish made before the last read has.
+    const std::string token = std::to_string(pid);
+    auto* o = new (std::nothrow) op{op::marker, pid};
+    if (!o || !command({"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+    p.marker_sent = true;
+    return;
+  }
+  if (!p.marker_seen) return;
   finish(pid, p);
   forget(it);
 }
@@ -922,11 +975,16 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       }
       break;  // refused, down, or no memory: the client hears unavailable
     case op::replay: {
+      if (o->tag == _link_gen && _pages_in_flight > 0) --_pages_in_flight;  // pump_pages (on_turn) sends the next
       if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
       auto it = _pending.find(o->pid);
-      if (it == _pending.end()) return;
+      if (it == _pending.end() || it->second.failed) return;
       pending& p = it->second;
-      if (error || r->type != resp::reply_type::array || r->elements < 1 || r->element[0]->type != resp::reply_type::integer) {
+      // A page is {lost, next, id, data, ...}; a library loaded by an older node (a fleet being
+      // upgraded) answers the whole replay as {lost, id, data, ...}: an odd count tells it.
+      const bool paged = r != nullptr && r->type == resp::reply_type::array && r->elements % 2 == 0;
+      if (error || r->type != resp::reply_type::array || r->elements < 1 || r->element[0]->type != resp::reply_type::integer ||
+          (paged && r->element[1]->type != resp::reply_type::string)) {
         if (r != nullptr && !error) _n.malformed.add();
         if (error && r != nullptr)
           log_ratelimited(log_level::warn, "bus: a replay of %.*s failed: %.*s", int(p.parts[o->index].topic.size()),
@@ -934,8 +992,8 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         return drop_pending(o->pid);  // what the sub's other replies brought goes with it
       }
       auto& part = p.parts[o->index];
-      part.lost = r->element[0]->integer != 0;
-      for (std::size_t k = 1; k + 1 < r->elements; k += 2) {
+      part.lost |= r->element[0]->integer != 0;
+      for (std::size_t k = paged ? 2 : 1; k + 1 < r->elements; k += 2) {
         std::string_view id = str(r->element[k]), data = str(r->element[k + 1]);
         std::uint64_t ms, seq;
         if (!parse_id(id, ms, seq) || !valid_data(data)) {
@@ -948,7 +1006,21 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         part.last = id_key{ms, seq};
         part.last_id.assign(id);
       }
+      const std::string_view next = paged ? str(r->element[1]) : std::string_view{};
+      if (!next.empty()) {
+        // The next page starts after it: it must move on, or a broken reply would loop.
+        std::uint64_t ms, seq;
+        const id_key from = key_of(part.cursor.empty() ? part.since : part.cursor);
+        if (!parse_id(next, ms, seq) || !(id_key{ms, seq} > from)) {
+          _n.malformed.add();
+          return drop_pending(o->pid);
+        }
+        part.cursor.assign(next);
+        return queue_page(o->pid, o->index);
+      }
       --p.replies_left;
+      const std::uint32_t k = next_part(p, o->index + 1);
+      if (k < p.parts.size()) return queue_page(o->pid, k);
       return maybe_finish(o->pid);
     }
     case op::mark:
@@ -1280,8 +1352,9 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
     }
     if (p.held) continue;
     p.unconfirmed = p.replies_left = 0;
-    p.marker_seen = false;
+    p.marker_seen = p.marker_sent = false;
     for (auto& part : p.parts) {
+      part.cursor.clear();
       part.lost = part.replaying = part.overflow = false;
       part.last = {};
       part.last_id.clear();
@@ -1293,6 +1366,9 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   for (std::uint64_t pid : catchups) forget(_pending.find(pid));
   for (std::uint64_t pid : subs) park(pid);
   _mark_in_flight = false;
+  _page_queue.clear();  // the pages of the subs held and the catch-ups redone are asked again
+  _pages_in_flight = 0;
+  ++_link_gen;          // the answers still due from the old links count for nothing
   _unfloored.clear();
   for (auto it = _topics.begin(); it != _topics.end();) {
     topic_state& ts = it->second;

@@ -197,6 +197,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void unsubscribed(const std::string& topic) noexcept;
   void advance(std::uint64_t pid) noexcept;
   void start_replay(std::uint64_t pid) noexcept;
+  static std::uint32_t next_part(const pending& p, std::uint32_t from) noexcept;
+  void queue_page(std::uint64_t pid, std::uint32_t part) noexcept;
+  void pump_pages() noexcept;
   void maybe_finish(std::uint64_t pid) noexcept;
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
@@ -267,6 +270,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::uint32_t _next_mark_tick = 0;
   std::vector<std::string> _unfloored;    // topics confirmed since the last mark was heard
   std::uint64_t _next_pid = 1;
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> _page_queue;  // replay pages waiting: (pid, part)
+  std::uint32_t _pages_in_flight = 0;  // replay pages sent, not yet answered (at most max_pages_in_flight)
+  std::uint64_t _link_gen = 0;         // counts outages: a page sent before one is not in flight after it
   std::vector<std::string> _to_subscribe, _to_unsubscribe;
   std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
   std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way
