@@ -28,6 +28,7 @@ constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for 
 // are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
 constexpr std::string_view replay_page_entries = "64", replay_page_bytes = "1048576";
 constexpr std::uint32_t max_pages_in_flight = 8;
+constexpr std::size_t replay_page_bound = 1 << 20;  // replay_page_bytes: what a sub gathers before it is paced
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
 constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
 constexpr std::uint32_t held_sub_ticks = 200;         // a sub waits 10 s for Redis to come back
@@ -118,13 +119,13 @@ struct redis_bus::waiter {
 };
 
 struct redis_bus::request {
-  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw } kind = sub;
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more } kind = sub;
   std::uint32_t shard = 0;
   std::uint64_t tag = 0;  // client_pub: the session's tag
   std::string topic, data;
   std::unique_ptr<pubsub::bus_sub> s;
   std::shared_ptr<waiter> w;
-  std::uint64_t sub_request = 0;  // withdraw: the sub's number (bus_sub::request)
+  std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
 };
 
 struct redis_bus::op {
@@ -171,6 +172,11 @@ struct redis_bus::pending {
   bool marker_seen = false, failed = false;
   bool marker_sent = false;    // behind the last page of every part (maybe_finish)
   bool held = false;           // waits for Redis to come back (bus::_held_subs)
+  // Paced (send_page): `subbed` went with the first page; each next page, and then the
+  // marker and replay_done, wait for the shard's more() (the client read what it had).
+  bool answered = false;
+  bool awaiting_more = false;
+  std::uint32_t next_part = 0;  // answered: the part whose page comes next (parts.size(): the marker)
   std::uint32_t deadline = 0;  // held: the tick it is refused at
   bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
   struct part {
@@ -179,6 +185,7 @@ struct redis_bus::pending {
     std::string live_last_id;  // catch-up: the newest live event held back
     std::string cursor;        // where the next page starts (wspush_replay's `next`); empty: the first
     bool lost = false, replaying = false, overflow = false;
+    bool lost_told = false;    // named lost in the paced `subbed` already
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
     std::vector<std::pair<id_key, pool::frame_ref>> live;
@@ -279,6 +286,18 @@ void redis_bus::withdraw(std::uint32_t shard, std::uint64_t sub_request) noexcep
     _requests.push_back(request{request::withdraw, shard, 0, {}, {}, {}, {}, sub_request});
   } catch (...) {
     return;  // it goes when Redis has answered
+  }
+  _loop.wake();
+}
+
+void redis_bus::more(std::uint32_t shard, std::uint64_t sub_request) noexcept {
+  try {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::more, shard, 0, {}, {}, {}, {}, sub_request});
+  } catch (...) {
+    // No memory: the replay stops here, and the connection waits until it closes.
+    log_ratelimited(log_level::error, "bus: out of memory; a replay stalls");
+    return;
   }
   _loop.wake();
 }
@@ -490,6 +509,7 @@ void redis_bus::handle(request& r) noexcept {
     case request::sub: return handle_sub(std::move(r.s));
     case request::release: return handle_release(r.shard, r.topic);
     case request::withdraw: return handle_withdraw(r.shard, r.sub_request);
+    case request::more: return handle_more(r.shard, r.sub_request);
     case request::client_pub:
     case request::admin_pub: return handle_publish(r);
   }
@@ -832,13 +852,17 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
       continue;
     }
     // The replay, then the live events kept aside, newer than its last entry.
-    if (part.lost) r->lost.push_back(part.topic);
+    if (part.lost && !part.lost_told) {
+      // replay_done: lost after `subbed` (live events past max_kept_live), told in the stream.
+      if (!p.answered) r->lost.push_back(part.topic);
+      else if (pool::frame_ref f = lost_frame(part.topic)) r->frames.push_back(std::move(f));
+    }
     for (auto& f : part.entries) r->frames.push_back(std::move(f));
     for (auto& [k, f] : part.live)
       if (k > part.last) r->frames.push_back(std::move(f));
   }
   if (p.kind == pending::catchup) return;
-  answer_sub(p, std::move(r), pubsub::bus_reply::subbed);
+  answer_sub(p, std::move(r), p.answered ? pubsub::bus_reply::replay_done : pubsub::bus_reply::subbed);
 }
 
 /// Sends a sub's answer (`r` holds the replay, if any) to the shard that asked.
@@ -913,6 +937,55 @@ void redis_bus::drop_pending(std::uint64_t pid) noexcept {
 void redis_bus::handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept {
   auto it = _pid_of_request.find(request_key(shard, request));
   if (it != _pid_of_request.end()) drop_pending(it->second);
+}
+
+/// The connection of a paced replay read its last page: the next one is asked of Redis, or,
+/// after the last, the marker (then replay_done, maybe_finish).
+void redis_bus::handle_more(std::uint32_t shard, std::uint64_t request) noexcept {
+  auto it = _pid_of_request.find(request_key(shard, request));
+  if (it == _pid_of_request.end()) return;
+  const std::uint64_t pid = it->second;
+  auto p = _pending.find(pid);
+  if (p == _pending.end() || p->second.failed || !p->second.answered || !p->second.awaiting_more) return;
+  p->second.awaiting_more = false;
+  if (p->second.next_part < p->second.parts.size()) return queue_page(pid, p->second.next_part);
+  maybe_finish(pid);
+}
+
+/// A page of a replay that does not fit in one goes to the shard at once: the first with
+/// `subbed` (more to come), the next ones as replay_more; the page after it (`next`: its part)
+/// waits for the shard's more(), so a replay is read at the pace its client reads, and the node
+/// holds at most a page of it.
+void redis_bus::send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept {
+  auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+  if (!r) return drop_pending(pid);
+  try {
+    r->kind = p.answered ? pubsub::bus_reply::replay_more : pubsub::bus_reply::subbed;
+    r->more = true;
+    r->conn = p.s->conn;
+    r->request = p.s->request;
+    if (!p.answered) {
+      r->topics = p.s->topics;
+      r->new_hold = p.s->new_hold;
+    }
+    for (auto& part : p.parts) {
+      if (part.lost && !part.lost_told) {
+        // Found after `subbed` (trimmed between pages): the client hears it in the stream.
+        if (!p.answered) r->lost.push_back(part.topic);
+        else if (pool::frame_ref f = lost_frame(part.topic)) r->frames.push_back(std::move(f));
+        part.lost_told = true;
+      }
+      for (auto& f : part.entries) r->frames.push_back(std::move(f));
+      part.entries.clear();
+    }
+  } catch (...) {
+    return drop_pending(pid);
+  }
+  p.answered = p.awaiting_more = true;
+  p.next_part = next;
+  pubsub::event e;
+  e.reply = std::move(r);
+  offer(p.s->shard, std::move(e));
 }
 
 // ---- publishes ------------------------------------------------------------------------------
@@ -1016,10 +1089,20 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
           return drop_pending(o->pid);
         }
         part.cursor.assign(next);
-        return queue_page(o->pid, o->index);
+      } else {
+        --p.replies_left;
       }
-      --p.replies_left;
-      const std::uint32_t k = next_part(p, o->index + 1);
+      const std::uint32_t k = next.empty() ? next_part(p, o->index + 1) : o->index;
+      // A sub whose replay fits in a page is answered as a whole (maybe_finish), the pages of
+      // its topics read in turn while they do; a longer one goes page by page, at its
+      // client's pace.
+      if (p.kind == pending::sub && k < p.parts.size() && !p.answered) {
+        std::size_t bytes = 0;
+        for (const auto& x : p.parts)
+          for (const auto& f : x.entries) bytes += f.bytes().size();
+        if (!next.empty() || bytes >= replay_page_bound) return send_page(o->pid, p, k);
+      }
+      if (p.kind == pending::sub && p.answered) return send_page(o->pid, p, k);
       if (k < p.parts.size()) return queue_page(o->pid, k);
       return maybe_finish(o->pid);
     }
@@ -1265,20 +1348,27 @@ void redis_bus::start_catchup(const std::string& topic) noexcept {
 /// Tells every subscriber of `topic` on this node that events of it may have been missed:
 /// {"op":"lost","topics":["<topic>"]}, in order with its events.
 void redis_bus::announce_lost(const std::string& topic) noexcept {
-  const std::size_t n = lost_head.size() + topic.size() + lost_tail.size();
-  constexpr std::size_t room = proto::max_server_header_size;
-  pool::lease l = _buffers.acquire(room + n);
-  if (!l) {
+  pool::frame_ref f = lost_frame(topic);
+  if (!f) {
     _n.dropped.add();
     return;
   }
+  offer_at(f, lost_head.size(), topic.size());
+}
+
+/// `{"op":"lost","topics":[topic]}`, framed (empty: no memory).
+pool::frame_ref redis_bus::lost_frame(std::string_view topic) noexcept {
+  const std::size_t n = lost_head.size() + topic.size() + lost_tail.size();
+  constexpr std::size_t room = proto::max_server_header_size;
+  pool::lease l = _buffers.acquire(room + n);
+  if (!l) return {};
   char* out = reinterpret_cast<char*>(l.data()) + room;
   std::memcpy(out, lost_head.data(), lost_head.size());
   std::memcpy(out + lost_head.size(), topic.data(), topic.size());  // a valid topic needs no escaping
   std::memcpy(out + lost_head.size() + topic.size(), lost_tail.data(), lost_tail.size());
   l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
   _n.lost_notices.add();
-  offer_at(pool::frame_ref::adopt(std::move(l)), lost_head.size(), topic.size());
+  return pool::frame_ref::adopt(std::move(l));
 }
 
 /// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
@@ -1344,13 +1434,17 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   // Subs under way wait for Redis to come back, from the start; held topics are subscribed
   // again on the next connection. Catch-ups under way are done again then, from where they
   // started (the topic keeps it; the live events they held back were not handed on).
-  std::vector<std::uint64_t> catchups, subs;
+  std::vector<std::uint64_t> catchups, subs, paced;
   for (auto& [pid, p] : _pending) {
     if (p.kind == pending::catchup) {
       catchups.push_back(pid);
       continue;
     }
     if (p.held) continue;
+    if (p.answered) {  // part of its replay went out: it cannot start again (the shard closes it)
+      paced.push_back(pid);
+      continue;
+    }
     p.unconfirmed = p.replies_left = 0;
     p.marker_seen = p.marker_sent = false;
     for (auto& part : p.parts) {
@@ -1364,6 +1458,7 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
     subs.push_back(pid);
   }
   for (std::uint64_t pid : catchups) forget(_pending.find(pid));
+  for (std::uint64_t pid : paced) drop_pending(pid);
   for (std::uint64_t pid : subs) park(pid);
   _mark_in_flight = false;
   _page_queue.clear();  // the pages of the subs held and the catch-ups redone are asked again
