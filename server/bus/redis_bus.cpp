@@ -803,6 +803,7 @@ void redis_bus::forget(std::unordered_map<std::uint64_t, pending>::iterator it) 
     _held.fetch_sub(1, std::memory_order_relaxed);
     _n.held.sub();
   }
+  if (it->second.awaiting_more) _n.paced.sub();
   if (it->second.kind == pending::sub && it->second.s)
     _pid_of_request.erase(request_key(it->second.s->shard, it->second.s->request));
   _pending.erase(it);
@@ -948,6 +949,7 @@ void redis_bus::handle_more(std::uint32_t shard, std::uint64_t request) noexcept
   auto p = _pending.find(pid);
   if (p == _pending.end() || p->second.failed || !p->second.answered || !p->second.awaiting_more) return;
   p->second.awaiting_more = false;
+  _n.paced.sub();
   if (p->second.next_part < p->second.parts.size()) return queue_page(pid, p->second.next_part);
   maybe_finish(pid);
 }
@@ -981,6 +983,7 @@ void redis_bus::send_page(std::uint64_t pid, pending& p, std::uint32_t next) noe
   } catch (...) {
     return drop_pending(pid);
   }
+  if (!p.awaiting_more) _n.paced.add();
   p.answered = p.awaiting_more = true;
   p.next_part = next;
   pubsub::event e;

@@ -89,6 +89,7 @@ struct redis_bus_counters {
   relaxed_counter catchup_events;  ///< events replayed to subscribers that stayed through an outage
   relaxed_counter topics;          ///< gauge: channels subscribed
   relaxed_counter pending;         ///< gauge: subs and catch-ups under way (waiting for Redis)
+  relaxed_counter paced;           ///< gauge: paced replays waiting for their client to read a page
   relaxed_counter held;            ///< gauge: subs waiting for Redis to come back
   relaxed_counter lost_notices;    ///< topics announced lost to their subscribers after an outage
   relaxed_counter marks;           ///< marks heard back on the subscriber connection (wspush_mark)

@@ -8,7 +8,8 @@ Against the real binary and a real redis-server: one topic of 100 events of 60 K
 - how long Redis was busy with one replay command (SLOWLOG) and how late another subscriber's
   live events came meanwhile are measured and printed, not asserted (a loaded machine);
 - a connection that reads gets the whole backlog, in order, then live events, with no
-  duplicate, on one connection, even with --max-pending-bytes 1 MiB.
+  duplicate, on one connection, even with --max-pending-bytes 1 MiB (the replay is paced by
+  its reads: the node holds at most a page of it per connection).
 """
 
 from __future__ import annotations
@@ -141,14 +142,20 @@ async def attack(args) -> None:
         quiet = [RawWebSocket(s.port).open() for _ in range(NON_READERS)]
         for q in quiet:
             q.send_frame(OP_TEXT, sub)
-        # Every sub read from Redis and answered or given up (the bus keeps nothing for them),
-        # while watching the node.
+        # Every sub answered, and each replay either through or waiting for its client to read
+        # the page it was sent (twice in a row: not a page on its way to a client that then
+        # asks the next), while watching the node.
         end = time.monotonic() + scaled(30)
-        while time.monotonic() < end:
+        settled, last = 0, -1
+        while time.monotonic() < end and settled < 2:
             node_peak = max(node_peak, rss_mb(s.proc.pid))
-            if len(replay_commands(r)) >= NON_READERS and metric(s, "wspush_bus_pending") == 0:
-                break
+            paced, pending = metric(s, "wspush_bus_replays_paced"), metric(s, "wspush_bus_pending")
+            commands = len(replay_commands(r))
+            settled = settled + 1 if commands >= NON_READERS and pending == paced and commands == last else 0
+            last = commands
             await asyncio.sleep(0.05)
+        print(f"  settled: {settled >= 2}; {pending:.0f} subs under way, {paced:.0f} waiting for their client",
+              file=sys.stderr)
         await asyncio.sleep(0.5)
         node_peak = max(node_peak, rss_mb(s.proc.pid))
         redis_peak = used_mb(r, "used_memory_peak")
