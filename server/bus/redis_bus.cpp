@@ -23,6 +23,12 @@ constexpr std::string_view node_prefix = "wspush:node:";
 constexpr std::size_t channels_per_command = 1000;
 constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
 constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
+// A replay is read in pages (wspush_replay's bound): no reply Redis builds, nor one the node
+// reads, is larger than a page, however long the history; and the pages in flight node-wide
+// are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
+constexpr std::string_view replay_page_entries = "64", replay_page_bytes = "1048576";
+constexpr std::uint32_t max_pages_in_flight = 8;
+constexpr std::size_t replay_page_bound = 1 << 20;  // replay_page_bytes: what a sub gathers before it is paced
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
 constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
 constexpr std::uint32_t held_sub_ticks = 200;         // a sub waits 10 s for Redis to come back
@@ -113,13 +119,13 @@ struct redis_bus::waiter {
 };
 
 struct redis_bus::request {
-  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw } kind = sub;
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more } kind = sub;
   std::uint32_t shard = 0;
   std::uint64_t tag = 0;  // client_pub: the session's tag
   std::string topic, data;
   std::unique_ptr<pubsub::bus_sub> s;
   std::shared_ptr<waiter> w;
-  std::uint64_t sub_request = 0;  // withdraw: the sub's number (bus_sub::request)
+  std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
 };
 
 struct redis_bus::op {
@@ -164,14 +170,22 @@ struct redis_bus::pending {
   std::unique_ptr<pubsub::bus_sub> s;
   std::uint32_t unconfirmed = 0, replies_left = 0;
   bool marker_seen = false, failed = false;
+  bool marker_sent = false;    // behind the last page of every part (maybe_finish)
   bool held = false;           // waits for Redis to come back (bus::_held_subs)
+  // Paced (send_page): `subbed` went with the first page; each next page, and then the
+  // marker and replay_done, wait for the shard's more() (the client read what it had).
+  bool answered = false;
+  bool awaiting_more = false;
+  std::uint32_t next_part = 0;  // answered: the part whose page comes next (parts.size(): the marker)
   std::uint32_t deadline = 0;  // held: the tick it is refused at
   bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
   struct part {
     std::string topic, since;
     std::string last_id;       // the newest id replayed
     std::string live_last_id;  // catch-up: the newest live event held back
+    std::string cursor;        // where the next page starts (wspush_replay's `next`); empty: the first
     bool lost = false, replaying = false, overflow = false;
+    bool lost_told = false;    // named lost in the paced `subbed` already
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
     std::vector<std::pair<id_key, pool::frame_ref>> live;
@@ -276,6 +290,18 @@ void redis_bus::withdraw(std::uint32_t shard, std::uint64_t sub_request) noexcep
   _loop.wake();
 }
 
+void redis_bus::more(std::uint32_t shard, std::uint64_t sub_request) noexcept {
+  try {
+    std::lock_guard lock(_req_m);
+    _requests.push_back(request{request::more, shard, 0, {}, {}, {}, {}, sub_request});
+  } catch (...) {
+    // No memory: the replay stops here, and the connection waits until it closes.
+    log_ratelimited(log_level::error, "bus: out of memory; a replay stalls");
+    return;
+  }
+  _loop.wake();
+}
+
 /// The ids a node issues: "<epoch>:<ms>-<seq>" on this bus, "<epoch>:<seq>" on the embedded bus
 /// (a node moved from it to Redis: of another epoch, so `lost`). The epoch is 1-16 of [0-9a-z],
 /// every number decimal within 64 bits: Redis refuses a stream id past that, and the node would
@@ -373,6 +399,7 @@ bus_publish redis_bus::publish_wait(std::string_view topic, std::string_view dat
 void redis_bus::on_turn() noexcept {
   take_requests();
   send_batches();
+  pump_pages();
   for (std::uint32_t k = 0; k < _pubs_done.size(); ++k) {
     if (_pubs_done[k].empty()) continue;
     auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
@@ -482,6 +509,7 @@ void redis_bus::handle(request& r) noexcept {
     case request::sub: return handle_sub(std::move(r.s));
     case request::release: return handle_release(r.shard, r.topic);
     case request::withdraw: return handle_withdraw(r.shard, r.sub_request);
+    case request::more: return handle_more(r.shard, r.sub_request);
     case request::client_pub:
     case request::admin_pub: return handle_publish(r);
   }
@@ -694,32 +722,77 @@ void redis_bus::advance(std::uint64_t pid) noexcept {
   start_replay(pid);
 }
 
-/// FCALL wspush_replay for each topic with a `since`, then a marker on this node's channel
-/// right behind them; live events are kept aside until the marker is back.
+/// FCALL wspush_replay for each topic with a `since`, page after page, one page of the sub
+/// in flight at a time; then a marker on this node's channel right behind the last page
+/// (maybe_finish). Live events are kept aside until the marker is back.
 void redis_bus::start_replay(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   for (std::uint32_t k = 0; k < p.parts.size(); ++k) {
     auto& part = p.parts[k];
     if (part.since.empty()) continue;
     part.last = key_of(part.since);
-    auto* o = new (std::nothrow) op{op::replay, pid, k};
-    const bool sent = o && (p.mark_mode ? command({"FCALL", "wspush_replay", "0", part.topic, part.since, "mark"}, o)
-                                        : command({"FCALL", "wspush_replay", "0", part.topic, part.since}, o));
-    if (!sent) return drop_pending(pid);
     ++p.replies_left;
     part.replaying = true;
     if (p.kind == pending::sub) _topics[part.topic].replaying.push_back(pid);
   }
-  const std::string token = std::to_string(pid);
-  auto* o = new (std::nothrow) op{op::marker, pid};
-  if (!o || !command({"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+  queue_page(pid, next_part(p, 0));
+}
+
+/// The first part at or after `from` with a `since` (parts.size(): none).
+std::uint32_t redis_bus::next_part(const pending& p, std::uint32_t from) noexcept {
+  while (from < p.parts.size() && p.parts[from].since.empty()) ++from;
+  return std::uint32_t(from);
+}
+
+/// A page of part `k` waits its turn: pages go to Redis in the order they were queued, at
+/// most max_pages_in_flight node-wide.
+void redis_bus::queue_page(std::uint64_t pid, std::uint32_t k) noexcept {
+  try {
+    _page_queue.emplace_back(pid, k);
+  } catch (...) {
+    return drop_pending(pid);
+  }
+  pump_pages();
+}
+
+void redis_bus::pump_pages() noexcept {
+  while (_pages_in_flight < max_pages_in_flight && !_page_queue.empty()) {
+    const auto [pid, k] = _page_queue.front();
+    _page_queue.pop_front();
+    auto it = _pending.find(pid);
+    if (it == _pending.end() || it->second.failed || k >= it->second.parts.size()) continue;
+    pending& p = it->second;
+    auto& part = p.parts[k];
+    // The first page from `since` (a mark, for a catch-up); the next ones from the last id a
+    // page returned, an id the stream issued.
+    const bool first = part.cursor.empty();
+    const std::string_view mode = first && p.mark_mode ? "mark" : "event";
+    auto* o = new (std::nothrow) op{op::replay, pid, k};
+    if (o) o->tag = _link_gen;
+    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, first ? part.since : part.cursor, mode,
+                        replay_page_entries, replay_page_bytes},
+                       o)) {
+      drop_pending(pid);
+      continue;
+    }
+    ++_pages_in_flight;
+  }
 }
 
 void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
   auto it = _pending.find(pid);
   if (it == _pending.end()) return;
   pending& p = it->second;
-  if (p.replies_left > 0 || !p.marker_seen) return;
+  if (p.replies_left > 0) return;
+  if (!p.marker_seen && !p.marker_sent) {
+    // Every page is read: when this comes back, every publish made before the last read has.
+    const std::string token = std::to_string(pid);
+    auto* o = new (std::nothrow) op{op::marker, pid};
+    if (!o || !command({"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+    p.marker_sent = true;
+    return;
+  }
+  if (!p.marker_seen) return;
   finish(pid, p);
   forget(it);
 }
@@ -730,6 +803,7 @@ void redis_bus::forget(std::unordered_map<std::uint64_t, pending>::iterator it) 
     _held.fetch_sub(1, std::memory_order_relaxed);
     _n.held.sub();
   }
+  if (it->second.awaiting_more) _n.paced.sub();
   if (it->second.kind == pending::sub && it->second.s)
     _pid_of_request.erase(request_key(it->second.s->shard, it->second.s->request));
   _pending.erase(it);
@@ -779,13 +853,17 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
       continue;
     }
     // The replay, then the live events kept aside, newer than its last entry.
-    if (part.lost) r->lost.push_back(part.topic);
+    if (part.lost && !part.lost_told) {
+      // replay_done: lost after `subbed` (live events past max_kept_live), told in the stream.
+      if (!p.answered) r->lost.push_back(part.topic);
+      else if (pool::frame_ref f = lost_frame(part.topic)) r->frames.push_back(std::move(f));
+    }
     for (auto& f : part.entries) r->frames.push_back(std::move(f));
     for (auto& [k, f] : part.live)
       if (k > part.last) r->frames.push_back(std::move(f));
   }
   if (p.kind == pending::catchup) return;
-  answer_sub(p, std::move(r), pubsub::bus_reply::subbed);
+  answer_sub(p, std::move(r), p.answered ? pubsub::bus_reply::replay_done : pubsub::bus_reply::subbed);
 }
 
 /// Sends a sub's answer (`r` holds the replay, if any) to the shard that asked.
@@ -862,6 +940,57 @@ void redis_bus::handle_withdraw(std::uint32_t shard, std::uint64_t request) noex
   if (it != _pid_of_request.end()) drop_pending(it->second);
 }
 
+/// The connection of a paced replay read its last page: the next one is asked of Redis, or,
+/// after the last, the marker (then replay_done, maybe_finish).
+void redis_bus::handle_more(std::uint32_t shard, std::uint64_t request) noexcept {
+  auto it = _pid_of_request.find(request_key(shard, request));
+  if (it == _pid_of_request.end()) return;
+  const std::uint64_t pid = it->second;
+  auto p = _pending.find(pid);
+  if (p == _pending.end() || p->second.failed || !p->second.answered || !p->second.awaiting_more) return;
+  p->second.awaiting_more = false;
+  _n.paced.sub();
+  if (p->second.next_part < p->second.parts.size()) return queue_page(pid, p->second.next_part);
+  maybe_finish(pid);
+}
+
+/// A page of a replay that does not fit in one goes to the shard at once: the first with
+/// `subbed` (more to come), the next ones as replay_more; the page after it (`next`: its part)
+/// waits for the shard's more(), so a replay is read at the pace its client reads, and the node
+/// holds at most a page of it.
+void redis_bus::send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept {
+  auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
+  if (!r) return drop_pending(pid);
+  try {
+    r->kind = p.answered ? pubsub::bus_reply::replay_more : pubsub::bus_reply::subbed;
+    r->more = true;
+    r->conn = p.s->conn;
+    r->request = p.s->request;
+    if (!p.answered) {
+      r->topics = p.s->topics;
+      r->new_hold = p.s->new_hold;
+    }
+    for (auto& part : p.parts) {
+      if (part.lost && !part.lost_told) {
+        // Found after `subbed` (trimmed between pages): the client hears it in the stream.
+        if (!p.answered) r->lost.push_back(part.topic);
+        else if (pool::frame_ref f = lost_frame(part.topic)) r->frames.push_back(std::move(f));
+        part.lost_told = true;
+      }
+      for (auto& f : part.entries) r->frames.push_back(std::move(f));
+      part.entries.clear();
+    }
+  } catch (...) {
+    return drop_pending(pid);
+  }
+  if (!p.awaiting_more) _n.paced.add();
+  p.answered = p.awaiting_more = true;
+  p.next_part = next;
+  pubsub::event e;
+  e.reply = std::move(r);
+  offer(p.s->shard, std::move(e));
+}
+
 // ---- publishes ------------------------------------------------------------------------------
 
 void redis_bus::handle_publish(request& r) noexcept {
@@ -922,11 +1051,16 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       }
       break;  // refused, down, or no memory: the client hears unavailable
     case op::replay: {
+      if (o->tag == _link_gen && _pages_in_flight > 0) --_pages_in_flight;  // pump_pages (on_turn) sends the next
       if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
       auto it = _pending.find(o->pid);
-      if (it == _pending.end()) return;
+      if (it == _pending.end() || it->second.failed) return;
       pending& p = it->second;
-      if (error || r->type != resp::reply_type::array || r->elements < 1 || r->element[0]->type != resp::reply_type::integer) {
+      // A page is {lost, next, id, data, ...}; a library loaded by an older node (a fleet being
+      // upgraded) answers the whole replay as {lost, id, data, ...}: an odd count tells it.
+      const bool paged = r != nullptr && r->type == resp::reply_type::array && r->elements % 2 == 0;
+      if (error || r->type != resp::reply_type::array || r->elements < 1 || r->element[0]->type != resp::reply_type::integer ||
+          (paged && r->element[1]->type != resp::reply_type::string)) {
         if (r != nullptr && !error) _n.malformed.add();
         if (error && r != nullptr)
           log_ratelimited(log_level::warn, "bus: a replay of %.*s failed: %.*s", int(p.parts[o->index].topic.size()),
@@ -934,8 +1068,8 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         return drop_pending(o->pid);  // what the sub's other replies brought goes with it
       }
       auto& part = p.parts[o->index];
-      part.lost = r->element[0]->integer != 0;
-      for (std::size_t k = 1; k + 1 < r->elements; k += 2) {
+      part.lost |= r->element[0]->integer != 0;
+      for (std::size_t k = paged ? 2 : 1; k + 1 < r->elements; k += 2) {
         std::string_view id = str(r->element[k]), data = str(r->element[k + 1]);
         std::uint64_t ms, seq;
         if (!parse_id(id, ms, seq) || !valid_data(data)) {
@@ -948,7 +1082,31 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         part.last = id_key{ms, seq};
         part.last_id.assign(id);
       }
-      --p.replies_left;
+      const std::string_view next = paged ? str(r->element[1]) : std::string_view{};
+      if (!next.empty()) {
+        // The next page starts after it: it must move on, or a broken reply would loop.
+        std::uint64_t ms, seq;
+        const id_key from = key_of(part.cursor.empty() ? part.since : part.cursor);
+        if (!parse_id(next, ms, seq) || !(id_key{ms, seq} > from)) {
+          _n.malformed.add();
+          return drop_pending(o->pid);
+        }
+        part.cursor.assign(next);
+      } else {
+        --p.replies_left;
+      }
+      const std::uint32_t k = next.empty() ? next_part(p, o->index + 1) : o->index;
+      // A sub whose replay fits in a page is answered as a whole (maybe_finish), the pages of
+      // its topics read in turn while they do; a longer one goes page by page, at its
+      // client's pace.
+      if (p.kind == pending::sub && k < p.parts.size() && !p.answered) {
+        std::size_t bytes = 0;
+        for (const auto& x : p.parts)
+          for (const auto& f : x.entries) bytes += f.bytes().size();
+        if (!next.empty() || bytes >= replay_page_bound) return send_page(o->pid, p, k);
+      }
+      if (p.kind == pending::sub && p.answered) return send_page(o->pid, p, k);
+      if (k < p.parts.size()) return queue_page(o->pid, k);
       return maybe_finish(o->pid);
     }
     case op::mark:
@@ -1193,20 +1351,27 @@ void redis_bus::start_catchup(const std::string& topic) noexcept {
 /// Tells every subscriber of `topic` on this node that events of it may have been missed:
 /// {"op":"lost","topics":["<topic>"]}, in order with its events.
 void redis_bus::announce_lost(const std::string& topic) noexcept {
-  const std::size_t n = lost_head.size() + topic.size() + lost_tail.size();
-  constexpr std::size_t room = proto::max_server_header_size;
-  pool::lease l = _buffers.acquire(room + n);
-  if (!l) {
+  pool::frame_ref f = lost_frame(topic);
+  if (!f) {
     _n.dropped.add();
     return;
   }
+  offer_at(f, lost_head.size(), topic.size());
+}
+
+/// `{"op":"lost","topics":[topic]}`, framed (empty: no memory).
+pool::frame_ref redis_bus::lost_frame(std::string_view topic) noexcept {
+  const std::size_t n = lost_head.size() + topic.size() + lost_tail.size();
+  constexpr std::size_t room = proto::max_server_header_size;
+  pool::lease l = _buffers.acquire(room + n);
+  if (!l) return {};
   char* out = reinterpret_cast<char*>(l.data()) + room;
   std::memcpy(out, lost_head.data(), lost_head.size());
   std::memcpy(out + lost_head.size(), topic.data(), topic.size());  // a valid topic needs no escaping
   std::memcpy(out + lost_head.size() + topic.size(), lost_tail.data(), lost_tail.size());
   l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
   _n.lost_notices.add();
-  offer_at(pool::frame_ref::adopt(std::move(l)), lost_head.size(), topic.size());
+  return pool::frame_ref::adopt(std::move(l));
 }
 
 /// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
@@ -1272,16 +1437,21 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   // Subs under way wait for Redis to come back, from the start; held topics are subscribed
   // again on the next connection. Catch-ups under way are done again then, from where they
   // started (the topic keeps it; the live events they held back were not handed on).
-  std::vector<std::uint64_t> catchups, subs;
+  std::vector<std::uint64_t> catchups, subs, paced;
   for (auto& [pid, p] : _pending) {
     if (p.kind == pending::catchup) {
       catchups.push_back(pid);
       continue;
     }
     if (p.held) continue;
+    if (p.answered) {  // part of its replay went out: it cannot start again (the shard closes it)
+      paced.push_back(pid);
+      continue;
+    }
     p.unconfirmed = p.replies_left = 0;
-    p.marker_seen = false;
+    p.marker_seen = p.marker_sent = false;
     for (auto& part : p.parts) {
+      part.cursor.clear();
       part.lost = part.replaying = part.overflow = false;
       part.last = {};
       part.last_id.clear();
@@ -1291,8 +1461,12 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
     subs.push_back(pid);
   }
   for (std::uint64_t pid : catchups) forget(_pending.find(pid));
+  for (std::uint64_t pid : paced) drop_pending(pid);
   for (std::uint64_t pid : subs) park(pid);
   _mark_in_flight = false;
+  _page_queue.clear();  // the pages of the subs held and the catch-ups redone are asked again
+  _pages_in_flight = 0;
+  ++_link_gen;          // the answers still due from the old links count for nothing
   _unfloored.clear();
   for (auto it = _topics.begin(); it != _topics.end();) {
     topic_state& ts = it->second;

@@ -89,6 +89,7 @@ struct redis_bus_counters {
   relaxed_counter catchup_events;  ///< events replayed to subscribers that stayed through an outage
   relaxed_counter topics;          ///< gauge: channels subscribed
   relaxed_counter pending;         ///< gauge: subs and catch-ups under way (waiting for Redis)
+  relaxed_counter paced;           ///< gauge: paced replays waiting for their client to read a page
   relaxed_counter held;            ///< gauge: subs waiting for Redis to come back
   relaxed_counter lost_notices;    ///< topics announced lost to their subscribers after an outage
   relaxed_counter marks;           ///< marks heard back on the subscriber connection (wspush_mark)
@@ -126,6 +127,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept override;
   void release(std::uint32_t shard, std::string_view topic) noexcept override;
   void withdraw(std::uint32_t shard, std::uint64_t request) noexcept override;
+  void more(std::uint32_t shard, std::uint64_t request) noexcept override;
   bool readable_since(std::string_view id) const noexcept override;
   bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept override;
 
@@ -197,6 +199,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void unsubscribed(const std::string& topic) noexcept;
   void advance(std::uint64_t pid) noexcept;
   void start_replay(std::uint64_t pid) noexcept;
+  static std::uint32_t next_part(const pending& p, std::uint32_t from) noexcept;
+  void queue_page(std::uint64_t pid, std::uint32_t part) noexcept;
+  void pump_pages() noexcept;
   void maybe_finish(std::uint64_t pid) noexcept;
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
@@ -210,6 +215,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void announce_lost(const std::string& topic) noexcept;
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
+  void handle_more(std::uint32_t shard, std::uint64_t request) noexcept;
+  void send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept;
+  pool::frame_ref lost_frame(std::string_view topic) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
   void pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic) noexcept;
   void pub_answered(std::size_t bytes) noexcept;
@@ -267,6 +275,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::uint32_t _next_mark_tick = 0;
   std::vector<std::string> _unfloored;    // topics confirmed since the last mark was heard
   std::uint64_t _next_pid = 1;
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> _page_queue;  // replay pages waiting: (pid, part)
+  std::uint32_t _pages_in_flight = 0;  // replay pages sent, not yet answered (at most max_pages_in_flight)
+  std::uint64_t _link_gen = 0;         // counts outages: a page sent before one is not in flight after it
   std::vector<std::string> _to_subscribe, _to_unsubscribe;
   std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
   std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way

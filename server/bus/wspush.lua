@@ -111,6 +111,11 @@ end
 
 -- FCALL wspush_replay 0 <topic> <since id> [mark]
 --   -> { lost (0|1), id1, data1, id2, data2, ... }: the entries after <since>, oldest first.
+-- FCALL wspush_replay 0 <topic> <since id> <mark|event> <max entries> <max bytes>
+--   -> { lost (0|1), next, id1, data1, ... }: one page of them: at most <max entries>, and no
+--   more data than <max bytes> (but at least one entry). next: "" when the page reaches the
+--   end, else the id to ask the next page after (event mode: an id the stream issued), so that
+--   no reply, however long the history, is larger than a page.
 -- lost: the stream is gone, <since> is of another epoch or malformed or was never issued, or
 -- entries after it were trimmed away or are older than the age limit (not returned).
 -- With `mark` (a node catching up after an outage), <since> need not be an id the stream
@@ -121,12 +126,16 @@ end
 local function replay(keys, args)
   local topic, since, mark = args[1], args[2], args[3] == 'mark'
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
+  local max_n, max_bytes = tonumber(args[4] or ''), tonumber(args[5] or '')
+  local paged = max_n ~= nil and max_bytes ~= nil
+  if paged and (max_n < 1 or max_bytes < 1) then return redis.error_reply('ERR wspush: bad page bound') end
   local _, ttl = config()
   local e = redis.call('GET', 'wspush:epoch') or ''
   local stream = 'wspush:stream:' .. topic
   local now = now_ms()
   local min_ms = ttl > 0 and now - ttl or 0
   local out = {0}
+  if paged then out[2] = '' end
   local se, sid = string.match(since or '', '^([0-9a-z]+):(%d+%-%d+)$')
   local start = '-'
   -- Whether a stream written after <since> would have expired by now (mark only).
@@ -170,9 +179,21 @@ local function replay(keys, args)
     end
     start = '(' .. sid
   end
-  local entries = redis.call('XRANGE', stream, start, '+')
-  for _, entry in ipairs(entries) do
+  local entries
+  if paged then
+    -- One entry past the page: whether there is a next one.
+    entries = redis.call('XRANGE', stream, start, '+', 'COUNT', max_n + 1)
+  else
+    entries = redis.call('XRANGE', stream, start, '+')
+  end
+  local taken, bytes = 0, 0
+  for k, entry in ipairs(entries) do
     local id, fields = entry[1], entry[2]
+    if paged and (taken >= max_n or bytes >= max_bytes) then
+      out[2] = e .. ':' .. entries[k - 1][1]
+      break
+    end
+    taken = taken + 1
     local ms = tonumber(string.match(id, '^(%d+)'))
     if ms < min_ms then
       out[1] = 1  -- expired after <since>: not replayed
@@ -184,6 +205,7 @@ local function replay(keys, args)
       if data then
         out[#out + 1] = e .. ':' .. id
         out[#out + 1] = data
+        bytes = bytes + #data
       end
     end
   end

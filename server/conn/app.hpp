@@ -72,6 +72,9 @@ class conn_ops {
   virtual void close(conn_id c, proto::close_code code) noexcept = 0;
   /// Whether `c` is open (not closing).
   virtual bool is_open(conn_id c) const noexcept = 0;
+  /// Bytes queued for `c` that the kernel has not taken yet (what --max-pending-bytes bounds):
+  /// an application pacing a long answer sends more once the reader has taken what it had.
+  virtual std::size_t unsent_bytes(conn_id c) const noexcept = 0;
   /// The application's expiry for `c` changed: the connection's deadline is re-armed.
   virtual void expiry_changed(conn_id c) noexcept = 0;
   /// Three bits of the connection record kept for the application (0..7), 0 at on_open.

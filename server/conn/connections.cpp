@@ -343,6 +343,10 @@ bool connections::is_open(conn_id c) const noexcept {
   return c < _table.capacity() && _table.at(c).state == conn_state::open;
 }
 
+std::size_t connections::unsent_bytes(conn_id c) const noexcept {
+  return c < _table.capacity() ? std::size_t(_table.at(c).tx.bytes()) : 0;
+}
+
 void connections::stop_reading(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   c.flags |= flag_read_broken;

@@ -83,6 +83,7 @@ class connections final : public loop_handler,
                        std::uint32_t messages = 1) noexcept override;
   void close(conn_id c, proto::close_code code) noexcept override;
   bool is_open(conn_id c) const noexcept override;
+  std::size_t unsent_bytes(conn_id c) const noexcept override;
   void expiry_changed(conn_id c) noexcept override { _ws.rearm(c); }
   void hold(conn_id c) noexcept override { _ws.hold(c); }
   void resume(conn_id c) noexcept override { _ws.resume(c); }

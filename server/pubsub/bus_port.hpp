@@ -34,13 +34,21 @@ struct bus_sub {
 
 /// What comes back for a bus_sub, or for clients' pubs (each pub is answered: done, in a batch,
 /// or failed, alone).
+///
+/// A replay longer than a page is paced by the client's reads: `subbed` with `more` set brings
+/// the first page (the connection does not join the topics' subscribers yet); each more() asked
+/// brings the next page (replay_more), or, once every page is out, replay_done with the live
+/// events kept aside meanwhile, newer than the replay: then the connection joins. A sub_failed
+/// may come instead of any of them.
 struct bus_reply {
-  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done } kind = subbed;
+  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done, replay_more, replay_done } kind = subbed;
+  bool more = false;                     ///< subbed: pages follow (replay_more ..., replay_done)
   conn_id conn = 0;
   std::uint64_t request = 0;
   std::vector<std::string> topics;       ///< the sub's topics (its holds stay held: see session)
   std::vector<std::uint8_t> new_hold;    ///< as in the bus_sub
   std::vector<std::string> lost;         ///< topics whose history did not reach back to `since`
+                                         ///< (replay_done: found so after `subbed`)
   std::vector<pool::frame_ref> frames;   ///< the replay, oldest first, topic after topic
   std::string pub_topic;                 ///< pub_failed: the topic of the refused pub
   std::uint64_t pub_tag = 0;             ///< pub_failed: the tag the session gave it
@@ -67,6 +75,9 @@ class bus_port {
   /// while it waits. The bus may give up on it now, answering sub_failed, rather than when it
   /// would have answered; the answer comes either way. Never refused.
   virtual void withdraw(std::uint32_t shard, std::uint64_t request) noexcept = 0;
+  /// Shard thread: the connection of the sub numbered `request`, answered `subbed` with `more`
+  /// set, has room for the next page of its replay (once per page received). Never refused.
+  virtual void more(std::uint32_t shard, std::uint64_t request) noexcept = 0;
   /// Any thread: whether the bus can read `id` as a `since` (an id of another epoch can be
   /// read: it is answered `lost`). False: the client's `sub` is bad_request, and nothing is
   /// asked of the bus.

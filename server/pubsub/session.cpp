@@ -60,9 +60,10 @@ void session::bind(conn_ops& ops) noexcept {
   _fanout.bind(ops);
 }
 
-void session::use_bus(bus_port& bus, std::uint32_t shard) noexcept {
+void session::use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pending_bytes) noexcept {
   _bus = &bus;
   _shard = shard;
+  _pending_bound = max_pending_bytes;
   _fanout.set_reply_handler(*this);
 }
 
@@ -76,6 +77,7 @@ void session::on_close(conn_id c) noexcept {
     if (auto o = _waiting_of.find(c); o != _waiting_of.end()) {
       if (auto w = _waiting_subs.find(o->second); w != _waiting_subs.end() && !w->second.closed) {
         w->second.closed = true;  // its answer finds no one (a reused slot is another connection)
+        w->second.page.clear();   // nor the rest of its replay
         _bus->withdraw(_shard, o->second);  // and what the bus keeps for it goes now
       }
       _waiting_of.erase(o);
@@ -93,6 +95,9 @@ void session::on_expired(conn_id c) noexcept {
 }
 
 void session::on_tick(std::uint32_t tick) noexcept {
+  if (_paced > 0)  // paced replays whose readers have taken what they had since
+    for (auto& [request, w] : _waiting_subs)
+      if (w.paced && !w.closed && (w.page_sent < w.page.size() || !w.asked)) pace(request, w);
   if (tick % expire_every_ticks != 0) return;
   if (_expire_history && !_bus) {
     // What expired went back to the pool, whose blocks idle for a whole second go to the heap,
@@ -440,13 +445,34 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   }
   auto it = _waiting_subs.find(r->request);
   if (it == _waiting_subs.end()) return;
+  if (r->kind == bus_reply::replay_more || (r->kind == bus_reply::subbed && r->more)) {
+    waiting_sub& w = it->second;
+    const conn_id c = w.conn;
+    if (w.closed || !_ops->is_open(c)) return;  // withdrawn: sub_failed follows
+    if (r->kind == bus_reply::subbed) {
+      // The first page of a long replay: the connection stays held, and joins its topics at
+      // replay_done (the live events meanwhile come with it, after the replay).
+      std::vector<std::string_view> topics(r->topics.begin(), r->topics.end());
+      std::vector<std::string_view> lost(r->lost.begin(), r->lost.end());
+      reply(c, 64 + names_bound(topics) + names_bound(lost),
+            [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out); });
+      if (!w.paced) ++_paced;
+      w.paced = true;
+      if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+    }
+    w.page = std::move(r->frames);
+    w.page_sent = 0;
+    w.asked = false;
+    return pace(it->first, w);
+  }
   waiting_sub w = std::move(it->second);
   _waiting_subs.erase(it);
   if (auto o = _waiting_of.find(w.conn); o != _waiting_of.end() && o->second == r->request) _waiting_of.erase(o);
+  if (w.paced) --_paced;
   for (const std::string& t : w.counted) stop_waiting_for(t);
   const conn_id c = r->conn;
   const bool here = !w.closed && _ops->is_open(c);
-  if (here && r->kind == bus_reply::subbed) {
+  if (here && (r->kind == bus_reply::subbed || r->kind == bus_reply::replay_done)) {
     topic_registry& reg = _fanout.registry();
     for (const std::string& t : r->topics) reg.subscribe(c, t);
     _fanout.count_subscriptions();
@@ -454,13 +480,20 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   // Topics this shard held only for this sub (it failed, or its connection left).
   for (const std::string& t : w.counted) release_if_unheld(t);
   if (!here) return;
+  if (r->kind == bus_reply::sub_failed && w.paced) {
+    // Part of the replay went out after `subbed`: the client resumes from what it got.
+    return _ops->close(c, proto::close_code::try_again_later);
+  }
   if (r->kind == bus_reply::sub_failed) {
     client_error(c, proto::client_error::unavailable, r->topics.empty() ? std::string_view{} : r->topics.front());
   } else {
-    std::vector<std::string_view> topics(r->topics.begin(), r->topics.end());
-    std::vector<std::string_view> lost(r->lost.begin(), r->lost.end());
-    bool ok = reply(c, 64 + names_bound(topics) + names_bound(lost),
-                    [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out); });
+    bool ok = true;
+    if (r->kind == bus_reply::subbed) {
+      std::vector<std::string_view> topics(r->topics.begin(), r->topics.end());
+      std::vector<std::string_view> lost(r->lost.begin(), r->lost.end());
+      ok = reply(c, 64 + names_bound(topics) + names_bound(lost),
+                 [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out); });
+    }
     for (pool::frame_ref& f : r->frames) {
       ok = ok && _ops->send(c, std::move(f));
       if (ok) _fanout.counters().deliveries.add();
@@ -468,6 +501,27 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
     if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
   }
   if (_ops->is_open(c)) _ops->resume(c);
+}
+
+/// Sends what a paced replay's page has left while the connection has less than half its
+/// bound unsent (one frame larger than the bound once nothing else is), then asks the bus for
+/// the next page: the node holds a page of the replay per connection, and the client gets its
+/// whole backlog however much larger than --max-pending-bytes, as fast as it reads.
+void session::pace(std::uint64_t request, waiting_sub& w) noexcept {
+  const conn_id c = w.conn;
+  const std::uint64_t half = _pending_bound / 2;
+  while (w.page_sent < w.page.size()) {
+    const std::uint64_t unsent = _ops->unsent_bytes(c), n = w.page[w.page_sent].bytes().size();
+    if (unsent >= half || (unsent > 0 && unsent + n > _pending_bound)) return;  // on_tick looks again
+    if (!_ops->send(c, std::move(w.page[w.page_sent++]))) return;  // closing: on_close withdraws the sub
+    _fanout.counters().deliveries.add();
+  }
+  w.page.clear();
+  w.page_sent = 0;
+  if (!w.asked && _ops->unsent_bytes(c) < half) {
+    w.asked = true;
+    _bus->more(_shard, request);
+  }
 }
 
 }  // namespace wspush::server::pubsub

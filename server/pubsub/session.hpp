@@ -35,8 +35,9 @@ class session final : public application, private bus_reply_handler {
   session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
           std::uint32_t max_message_bytes, bool expire_history);
   /// With a bus outside the process (Redis): subs, pubs and history go through it, and this
-  /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp).
-  void use_bus(bus_port& bus, std::uint32_t shard) noexcept;
+  /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp). A long
+  /// replay is sent while a connection has less than half of `max_pending_bytes` unsent.
+  void use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pending_bytes) noexcept;
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
@@ -68,6 +69,8 @@ class session final : public application, private bus_reply_handler {
   void wait_for(const std::string& topic);
   void stop_waiting_for(const std::string& topic) noexcept;
   void pub_answered(std::uint64_t tag, bool failed, std::string_view topic) noexcept;
+  struct waiting_sub;
+  void pace(std::uint64_t request, waiting_sub& w) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
@@ -86,10 +89,18 @@ class session final : public application, private bus_reply_handler {
     conn_id conn = 0;
     bool closed = false;                // the connection went away meanwhile
     std::vector<std::string> counted;   // topics it added to _waiting_topics
+    // A replay paced by the client's reads (bus_reply::more): `subbed` went out, the
+    // connection is held and joins its topics at replay_done. The page received and not all
+    // sent yet, and whether the next one was asked (bus_port::more).
+    bool paced = false, asked = false;
+    std::vector<pool::frame_ref> page;
+    std::size_t page_sent = 0;
   };
   bus_port* _bus = nullptr;
   std::uint32_t _shard = 0;
   std::uint64_t _next_request = 1;
+  std::uint64_t _pending_bound = 0;  // --max-pending-bytes
+  std::uint32_t _paced = 0;          // waiting subs that are paced (on_tick looks at them)
   std::unordered_map<std::uint64_t, waiting_sub> _waiting_subs;
   // The sub each open connection waits for (at most one: the connection is held meanwhile),
   // so that a close finds it without a scan (many wait while Redis is away).

@@ -36,6 +36,7 @@ struct recorded_conns final : conn_ops {
   }
   void close(conn_id, proto::close_code) noexcept override {}
   bool is_open(conn_id) const noexcept override { return true; }
+  std::size_t unsent_bytes(conn_id) const noexcept override { return 0; }
   void expiry_changed(conn_id) noexcept override {}
   std::uint8_t app_bits(conn_id) const noexcept override { return 0; }
   void set_app_bits(conn_id, std::uint8_t) noexcept override {}

@@ -45,6 +45,7 @@ class fake_conns final : public conn_ops {
   }
   void close(conn_id c, proto::close_code code) noexcept override { closed[c] = std::uint16_t(code); }
   bool is_open(conn_id c) const noexcept override { return !closed.count(c); }
+  std::size_t unsent_bytes(conn_id) const noexcept override { return 0; }  // a reader that keeps up
   void expiry_changed(conn_id) noexcept override { ++expiry_changes; }
   int expiry_changes = 0;
   std::uint8_t app_bits(conn_id c) const noexcept override { return bits.count(c) ? bits.at(c) : 0; }
