@@ -16,21 +16,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, run_main,  # noqa: E402
-                         scaled, scrape_metrics)
+                         scaled, scrape_metrics, rss_bytes)
 
 KEY = "admin-key-for-the-test"
 MiB = 1 << 20
 UNKEYED_TIMEOUT = 5  # the admin listener's default, seconds
 ATTACK_IDLE = 2000   # idle connections held open by the attacker
 ATTACK_BODIES = 250  # keyless publishes with 1 MiB bodies
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def open_idle(port: int, n: int, held: list) -> None:
@@ -79,7 +71,7 @@ def keyed(port: int, method: str, path: str, body: bytes = b"", conn=None) -> "t
 def publishers_and_probes_keep_working(server: ServerProcess) -> None:
     admin = admin_port(server)
     held: list = []
-    rss_before = rss(server.proc.pid)
+    rss_before = rss_bytes(server.proc.pid)
     try:
         open_idle(admin, ATTACK_IDLE, held)
         start_keyless_bodies(admin, ATTACK_BODIES, held)
@@ -98,7 +90,7 @@ def publishers_and_probes_keep_working(server: ServerProcess) -> None:
             check(status == 200, f"round {round_}: a keyed publish on a keep-alive connection got {status} {text[:120]!r}")
             slowest = max(slowest, took)
         keep_alive.close()
-        grown = rss(server.proc.pid) - rss_before
+        grown = rss_bytes(server.proc.pid) - rss_before
         print(f"   ({len(held)} attacking sockets; slowest legitimate answer {slowest * 1000:.0f} ms; "
               f"RSS grew {grown / MiB:.1f} MiB)")
         # 2,350 keyless bodies of 1 MiB were announced: buffering them would be gigabytes. What the

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_testlib import (Findings, OP_CLOSE, OP_PING, OP_TEXT, RawWebSocket, ServerProcess, TestFailure,  # noqa: E402
                          accept_key, admin_port, arg_parser, check, decode_frame, encode_frame, http_request,
                          parse_close, parse_http_head, recv_some, run_main, scaled, scrape_metrics,
-                         upgrade_request)
+                         upgrade_request, rss_bytes)
 
 MiB = 1 << 20
 TOPIC = "bp"
@@ -49,13 +49,6 @@ SLOW_CLOSES = "wspush_slow_consumer_closes_total"
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise TestFailure(f"no VmRSS in /proc/{pid}/status")
 
 
 class RssWatch:
@@ -99,8 +92,6 @@ def small_window_socket(rcvbuf: int = 4096, mss: int = 536) -> socket.socket:
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
-
-
 
 
 class NonReader:

@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, rss_bounds_checked,  # noqa: E402
-                         run_main, scaled, scrape_metrics)
+                         run_main, scaled, scrape_metrics, rss_bytes)
 
 MiB = 1 << 20
 CAP = 8 * MiB
@@ -30,14 +30,6 @@ FILLS = 4  # the flood is worth this many caps by the history's own count
 ALLOWANCE = 4 * MiB
 # What may stay after everything expired: pages the allocator keeps for reuse (measured: 0.3 MB).
 SETTLED = 4 * MiB
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def history(port: int) -> dict:
@@ -67,14 +59,14 @@ def body(args) -> None:
         port = admin_port(s)
         pid = s.proc.pid
         history(port)  # the admin listener's first scrape allocates what every later one reuses
-        start = rss(pid)
+        start = rss_bytes(pid)
 
         def fill() -> None:
             # Each event is ~190 bytes and costs the history ~650 by its own count (block,
             # topic node and name, slot): 4 caps' worth is ~50k events.
             flood(port, FILLS * CAP // 650)
             h = history(port)
-            grown = rss(pid) - start
+            grown = rss_bytes(pid) - start
             print(f"  full: rss +{grown / MiB:.1f} MB, history_bytes {h['bytes'] / MiB:.1f} MiB, "
                   f"{h['messages']:.0f} events, {h['evicted']:.0f} evicted by the cap", flush=True)
             check(h["evicted"] > 0, f"the flood did not reach the cap: {h}")
@@ -93,9 +85,9 @@ def body(args) -> None:
             # The pool hands idle blocks back on a timer and the allocator returns pages after
             # a delay: wait for the RSS to come down, up to a timeout that only stops a hang.
             deadline = time.monotonic() + scaled(20)
-            while rss_bounds_checked() and rss(pid) - start > SETTLED and time.monotonic() < deadline:
+            while rss_bounds_checked() and rss_bytes(pid) - start > SETTLED and time.monotonic() < deadline:
                 time.sleep(0.2)
-            left = rss(pid) - start
+            left = rss_bytes(pid) - start
             print(f"  expired: rss +{left / MiB:.1f} MB", flush=True)
             check(not rss_bounds_checked() or left <= SETTLED, f"{left / MiB:.1f} MB stayed after every entry aged out "
                                    f"(at most {SETTLED / MiB:.0f})")

@@ -32,20 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (OP_CLOSE, OP_TEXT, Findings, RawWebSocket, ServerProcess, arg_parser,  # noqa: E402
                          check, encode_frame, metric, poll_until, publish_ok, recv_json, rss_bounds_checked,
-                         run_main, scaled, subscribe)
+                         run_main, scaled, subscribe, rss_mb)
 
 FLOOD_SECONDS = 3.0
 PUB_BYTES = 60_000
 PUBS_BEHIND_SUB = 64         # about 3.8 MB pipelined behind a held sub
 MAX_KEPT = 256 << 10         # what a held connection may take past its held message
-
-
-def rss_mb(s: ServerProcess) -> float:
-    with open(f"/proc/{s.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def start_node(args, rs: RedisServer) -> ServerProcess:
@@ -63,7 +55,7 @@ async def flood(s: ServerProcess, seconds: float) -> "tuple[int, float]":
     node holding the connection, ends it too); returns how many were sent and the node's peak
     RSS meanwhile."""
     message = '{"op":"pub","topic":"flood","data":' + json.dumps("x" * PUB_BYTES) + "}"
-    peak = rss_mb(s)
+    peak = rss_mb(s.proc.pid)
     sent = 0
     ws = await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, close_timeout=1,
                                   max_size=None, write_limit=2 ** 16)
@@ -76,9 +68,9 @@ async def flood(s: ServerProcess, seconds: float) -> "tuple[int, float]":
                 break
             sent += 1
             if sent % 20 == 0:
-                peak = max(peak, rss_mb(s))
+                peak = max(peak, rss_mb(s.proc.pid))
     finally:
-        peak = max(peak, rss_mb(s))
+        peak = max(peak, rss_mb(s.proc.pid))
         ws.transport.abort()
     return sent, peak
 
@@ -91,7 +83,7 @@ async def pub_flood(args) -> None:
         # Warm-up: a short flood, so the pools and the allocator find their size; then the base.
         await flood(s, 0.5)
         check(poll_until(lambda: metric(s, "wspush_connections") == 0, scaled(20)), "the warm-up connection stayed")
-        base = rss_mb(s)
+        base = rss_mb(s.proc.pid)
         sent, peak = await flood(s, FLOOD_SECONDS)
         print(f"  Redis healthy: {sent} pubs of {PUB_BYTES} B in {FLOOD_SECONDS:.0f} s; node RSS {base:.1f} -> "
               f"peak {peak:.1f} MB", file=sys.stderr)
@@ -103,7 +95,7 @@ async def pub_flood(args) -> None:
         # Redis frozen: the flood is held back by TCP once 16 pubs wait, not queued.
         rs.proc.send_signal(signal.SIGSTOP)
         try:
-            base = rss_mb(s)
+            base = rss_mb(s.proc.pid)
             sent, peak = await flood(s, FLOOD_SECONDS)
             print(f"  Redis frozen: {sent} pubs sent in {FLOOD_SECONDS:.0f} s; node RSS {base:.1f} -> peak {peak:.1f} MB",
                   file=sys.stderr)

@@ -32,7 +32,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_ports import reserve_port  # noqa: E402
 from wsp_testlib import (OP_TEXT, Findings, RawWebSocket, ServerProcess, TestFailure, admin_port,  # noqa: E402
-                         arg_parser, check, metric, publish_ok, rss_bounds_checked, run_main, scaled)
+                         arg_parser, check, metric, publish_ok, rss_bounds_checked, run_main, scaled, rss_mb)
 
 RSS_SLACK_MB = 8  # "a few MB": what one step may leave behind (allocator noise), far below the attack
 
@@ -255,13 +255,6 @@ class LyingRedis:
 
 
 # ---- the node -------------------------------------------------------------------------------------
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise TestFailure(f"no VmRSS in /proc/{pid}/status")
 
 
 class PeakRss:

@@ -27,21 +27,13 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until, recv_json,  # noqa: E402
-                         rss_bounds_checked, run_main, scaled)
+                         rss_bounds_checked, run_main, scaled, rss_mb)
 from wsp_wire import OP_TEXT, RawWebSocket  # noqa: E402
 
 EVENTS = 100
 EVENT_BYTES = 60_000
 NON_READERS = 10
 MiB = 1 << 20
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def used_mb(r: redis.Redis, field: str) -> float:

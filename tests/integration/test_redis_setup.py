@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, TestFailure, admin_port, arg_parser, check,  # noqa: E402
                          metric, poll_until, publish, publish_ok, recv_json, rss_bounds_checked, run_main, scaled,
-                         subscribe)
+                         subscribe, rss_mb)
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -428,13 +428,6 @@ async def emptied_and_xdel(s: ServerProcess, r: redis.Redis, pub) -> None:
 
 # ---- LOADING --------------------------------------------------------------------------------------
 
-def rss_mb(s: ServerProcess) -> float:
-    with open(f"/proc/{s.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS in /proc/<pid>/status")
-
 
 async def settled_rss(s: ServerProcess, seconds: float = 3) -> float:
     """The node's RSS once every connection is gone (a client's close does not end the node's
@@ -444,11 +437,11 @@ async def settled_rss(s: ServerProcess, seconds: float = 3) -> float:
     while metric(s, "wspush_connections") > 0:
         check(time.monotonic() < deadline, "the node still holds connections its clients closed")
         await asyncio.sleep(0.1)  # polling a gauge: there is no event to wait on
-    last = rss_mb(s)
+    last = rss_mb(s.proc.pid)
     deadline = time.monotonic() + scaled(seconds)
     while time.monotonic() < deadline:
         await asyncio.sleep(0.5)
-        now = rss_mb(s)
+        now = rss_mb(s.proc.pid)
         if abs(now - last) < 0.5:
             return now
         last = now

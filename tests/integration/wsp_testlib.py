@@ -275,6 +275,19 @@ def metric(server: "ServerProcess", name: str) -> float:
     return scrape_metrics(admin_port(server)).get(name, 0)
 
 
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory (VmRSS), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise TestFailure(f"no VmRSS in /proc/{pid}/status")
+
+
+def rss_mb(pid: int) -> float:
+    return rss_bytes(pid) / (1 << 20)
+
+
 def rss_bounds_checked() -> bool:
     """Whether the server's RSS says what it holds: not in a sanitizer build (WSPUSH_SANITIZED,
     set by CMake), where AddressSanitizer replaces the allocator and keeps freed memory in its
