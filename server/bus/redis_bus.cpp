@@ -26,9 +26,9 @@ constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for 
 // A replay is read in pages (wspush_replay's bound): no reply Redis builds, nor one the node
 // reads, is larger than a page, however long the history; and the pages in flight node-wide
 // are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
-constexpr std::string_view replay_page_entries = "64", replay_page_bytes = "1048576";
+constexpr std::string_view replay_page_entries = "64";
 constexpr std::uint32_t max_pages_in_flight = 8;
-constexpr std::size_t replay_page_bound = 1 << 20;  // replay_page_bytes: what a sub gathers before it is paced
+constexpr std::size_t replay_page_bound = 1 << 20;  // the most a page holds (and what a catch-up's do)
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
 constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
 constexpr std::uint32_t held_sub_ticks = 200;         // a sub waits 10 s for Redis to come back
@@ -126,6 +126,7 @@ struct redis_bus::request {
   std::unique_ptr<pubsub::bus_sub> s;
   std::shared_ptr<waiter> w;
   std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
+  std::uint64_t room = 0;         // more: what the connection can take (bytes)
 };
 
 struct redis_bus::op {
@@ -177,6 +178,9 @@ struct redis_bus::pending {
   bool answered = false;
   bool awaiting_more = false;
   std::uint32_t next_part = 0;  // answered: the part whose page comes next (parts.size(): the marker)
+  // What a page may hold (bytes, and at least one entry): a sub's connection's room (asked
+  // with the sub, then with each more()), so that the shard holds none of a page back.
+  std::uint64_t page_bytes = replay_page_bound;
   std::uint32_t deadline = 0;  // held: the tick it is refused at
   bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
   struct part {
@@ -290,10 +294,10 @@ void redis_bus::withdraw(std::uint32_t shard, std::uint64_t sub_request) noexcep
   _loop.wake();
 }
 
-void redis_bus::more(std::uint32_t shard, std::uint64_t sub_request) noexcept {
+void redis_bus::more(std::uint32_t shard, std::uint64_t sub_request, std::uint64_t room) noexcept {
   try {
     std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::more, shard, 0, {}, {}, {}, {}, sub_request});
+    _requests.push_back(request{request::more, shard, 0, {}, {}, {}, {}, sub_request, room});
   } catch (...) {
     // No memory: the replay stops here, and the connection waits until it closes.
     log_ratelimited(log_level::error, "bus: out of memory; a replay stalls");
@@ -509,7 +513,7 @@ void redis_bus::handle(request& r) noexcept {
     case request::sub: return handle_sub(std::move(r.s));
     case request::release: return handle_release(r.shard, r.topic);
     case request::withdraw: return handle_withdraw(r.shard, r.sub_request);
-    case request::more: return handle_more(r.shard, r.sub_request);
+    case request::more: return handle_more(r.shard, r.sub_request, r.room);
     case request::client_pub:
     case request::admin_pub: return handle_publish(r);
   }
@@ -548,6 +552,7 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
     p.parts[k].topic = s->topics[k];
     p.parts[k].since = s->since[k];
   }
+  p.page_bytes = std::clamp<std::uint64_t>(s->room, 1, replay_page_bound);
   p.s = std::move(s);
   if (!_up.load(std::memory_order_relaxed)) return park(pid);
   enlist(pid);
@@ -767,10 +772,17 @@ void redis_bus::pump_pages() noexcept {
     // page returned, an id the stream issued.
     const bool first = part.cursor.empty();
     const std::string_view mode = first && p.mark_mode ? "mark" : "event";
+    // A sub not answered yet gathers its topics' first pages into one: what they left of it.
+    std::uint64_t room = p.page_bytes;
+    if (p.kind == pending::sub && !p.answered)
+      for (const auto& x : p.parts)
+        for (const auto& f : x.entries) room -= std::min<std::uint64_t>(room - 1, f.bytes().size());
+    char bytes[24];
+    const auto n = std::to_chars(bytes, bytes + sizeof bytes, room).ptr - bytes;
     auto* o = new (std::nothrow) op{op::replay, pid, k};
     if (o) o->tag = _link_gen;
     if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, first ? part.since : part.cursor, mode,
-                        replay_page_entries, replay_page_bytes},
+                        replay_page_entries, std::string_view(bytes, std::size_t(n))},
                        o)) {
       drop_pending(pid);
       continue;
@@ -942,13 +954,14 @@ void redis_bus::handle_withdraw(std::uint32_t shard, std::uint64_t request) noex
 
 /// The connection of a paced replay read its last page: the next one is asked of Redis, or,
 /// after the last, the marker (then replay_done, maybe_finish).
-void redis_bus::handle_more(std::uint32_t shard, std::uint64_t request) noexcept {
+void redis_bus::handle_more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept {
   auto it = _pid_of_request.find(request_key(shard, request));
   if (it == _pid_of_request.end()) return;
   const std::uint64_t pid = it->second;
   auto p = _pending.find(pid);
   if (p == _pending.end() || p->second.failed || !p->second.answered || !p->second.awaiting_more) return;
   p->second.awaiting_more = false;
+  p->second.page_bytes = std::clamp<std::uint64_t>(room, 1, replay_page_bound);
   _n.paced.sub();
   if (p->second.next_part < p->second.parts.size()) return queue_page(pid, p->second.next_part);
   maybe_finish(pid);
@@ -1103,7 +1116,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         std::size_t bytes = 0;
         for (const auto& x : p.parts)
           for (const auto& f : x.entries) bytes += f.bytes().size();
-        if (!next.empty() || bytes >= replay_page_bound) return send_page(o->pid, p, k);
+        if (!next.empty() || bytes >= p.page_bytes) return send_page(o->pid, p, k);
       }
       if (p.kind == pending::sub && p.answered) return send_page(o->pid, p, k);
       if (k < p.parts.size()) return queue_page(o->pid, k);

@@ -127,7 +127,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept override;
   void release(std::uint32_t shard, std::string_view topic) noexcept override;
   void withdraw(std::uint32_t shard, std::uint64_t request) noexcept override;
-  void more(std::uint32_t shard, std::uint64_t request) noexcept override;
+  void more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept override;
   bool readable_since(std::string_view id) const noexcept override;
   bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept override;
 
@@ -215,7 +215,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void announce_lost(const std::string& topic) noexcept;
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
-  void handle_more(std::uint32_t shard, std::uint64_t request) noexcept;
+  void handle_more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept;
   void send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept;
   pool::frame_ref lost_frame(std::string_view topic) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;

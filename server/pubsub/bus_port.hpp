@@ -30,6 +30,8 @@ struct bus_sub {
   std::vector<std::string> topics;     ///< what the client asked for, in its order
   std::vector<std::string> since;      ///< per topic: the id to resume after; empty: none
   std::vector<std::uint8_t> new_hold;  ///< per topic: the shard starts holding it with this sub
+  std::uint64_t room = 0;              ///< what the connection can take now (bytes): a longer
+                                       ///< replay goes in pages of about that much, paced
 };
 
 /// What comes back for a bus_sub, or for clients' pubs (each pub is answered: done, in a batch,
@@ -76,8 +78,9 @@ class bus_port {
   /// would have answered; the answer comes either way. Never refused.
   virtual void withdraw(std::uint32_t shard, std::uint64_t request) noexcept = 0;
   /// Shard thread: the connection of the sub numbered `request`, answered `subbed` with `more`
-  /// set, has room for the next page of its replay (once per page received). Never refused.
-  virtual void more(std::uint32_t shard, std::uint64_t request) noexcept = 0;
+  /// set, has `room` bytes for the next page of its replay (asked once per page received; a
+  /// page holds about that much, and at least one event). Never refused.
+  virtual void more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept = 0;
   /// Any thread: whether the bus can read `id` as a `since` (an id of another epoch can be
   /// read: it is answered `lost`). False: the client's `sub` is bad_request, and nothing is
   /// asked of the bus.

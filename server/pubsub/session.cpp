@@ -352,6 +352,7 @@ void session::bus_sub(conn_id c) noexcept {
   s->shard = _shard;
   s->conn = c;
   s->request = request;
+  s->room = room(c);
   w.conn = c;
   auto refuse = [&](std::vector<std::string>& counted) {
     for (const std::string& t : counted) stop_waiting_for(t);
@@ -503,24 +504,33 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   if (_ops->is_open(c)) _ops->resume(c);
 }
 
-/// Sends what a paced replay's page has left while the connection has less than half its
-/// bound unsent (one frame larger than the bound once nothing else is), then asks the bus for
-/// the next page: the node holds a page of the replay per connection, and the client gets its
-/// whole backlog however much larger than --max-pending-bytes, as fast as it reads.
+/// What a connection can take of a replay page now: half its bound, less what it has unsent
+/// (at least 1: a page holds at least one event).
+std::uint64_t session::room(conn_id c) const noexcept {
+  const std::uint64_t half = _pending_bound / 2, unsent = _ops->unsent_bytes(c);
+  return unsent < half ? half - unsent : 1;
+}
+
+/// Sends a paced replay's page (sized by the room the connection had when it was asked, so
+/// normally all of it; what would take the connection past its bound waits for on_tick, one
+/// frame larger than the bound goes once nothing else is unsent), then, once the connection
+/// has less than half its bound unsent, asks the bus for the next page. So the node holds no
+/// more of a replay than of any subscriber's events (its unsent bytes within
+/// --max-pending-bytes), and the client gets its whole backlog, however much larger than that
+/// bound, as fast as it reads.
 void session::pace(std::uint64_t request, waiting_sub& w) noexcept {
   const conn_id c = w.conn;
-  const std::uint64_t half = _pending_bound / 2;
   while (w.page_sent < w.page.size()) {
     const std::uint64_t unsent = _ops->unsent_bytes(c), n = w.page[w.page_sent].bytes().size();
-    if (unsent >= half || (unsent > 0 && unsent + n > _pending_bound)) return;  // on_tick looks again
+    if (unsent > 0 && unsent + n > _pending_bound) return;  // on_tick looks again
     if (!_ops->send(c, std::move(w.page[w.page_sent++]))) return;  // closing: on_close withdraws the sub
     _fanout.counters().deliveries.add();
   }
   w.page.clear();
   w.page_sent = 0;
-  if (!w.asked && _ops->unsent_bytes(c) < half) {
+  if (!w.asked && _ops->unsent_bytes(c) < _pending_bound / 2) {
     w.asked = true;
-    _bus->more(_shard, request);
+    _bus->more(_shard, request, room(c));
   }
 }
 

@@ -71,6 +71,7 @@ class session final : public application, private bus_reply_handler {
   void pub_answered(std::uint64_t tag, bool failed, std::string_view topic) noexcept;
   struct waiting_sub;
   void pace(std::uint64_t request, waiting_sub& w) noexcept;
+  std::uint64_t room(conn_id c) const noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
