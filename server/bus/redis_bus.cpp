@@ -189,7 +189,7 @@ struct redis_bus::pending {
     std::string live_last_id;  // catch-up: the newest live event held back
     std::string cursor;        // where the next page starts (wspush_replay's `next`); empty: the first
     bool lost = false, replaying = false, overflow = false;
-    bool lost_told = false;    // named lost in the paced `subbed` already
+    bool lost_told = false;    // told (in `subbed`, or in the stream) since it was last found lost
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
     std::vector<std::pair<id_key, pool::frame_ref>> live;
@@ -1081,7 +1081,12 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         return drop_pending(o->pid);  // what the sub's other replies brought goes with it
       }
       auto& part = p.parts[o->index];
-      part.lost |= r->element[0]->integer != 0;
+      if (r->element[0]->integer != 0) {
+        // Each page found so is told (send_page): the stream may have been trimmed past the
+        // replay's place again since the last notice.
+        part.lost = true;
+        part.lost_told = false;
+      }
       for (std::size_t k = paged ? 2 : 1; k + 1 < r->elements; k += 2) {
         std::string_view id = str(r->element[k]), data = str(r->element[k + 1]);
         std::uint64_t ms, seq;
@@ -1215,8 +1220,12 @@ void redis_bus::live(std::string_view topic, std::string_view payload) noexcept 
       if (p == _pending.end()) continue;
       for (auto& part : p->second.parts)
         if (part.replaying && part.topic == topic) {
-          if (part.live.size() < max_kept_live) part.live.emplace_back(key, f);
-          else part.overflow = part.lost = true;
+          if (part.live.size() < max_kept_live) {
+            part.live.emplace_back(key, f);
+          } else {
+            part.overflow = part.lost = true;
+            part.lost_told = false;
+          }
         }
     }
     if (ts.catchup) {
