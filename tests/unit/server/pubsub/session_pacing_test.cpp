@@ -206,6 +206,14 @@ const std::string subbed_t = R"({"op":"subbed","topics":["t"],"lost":[]})";
 
 }  // namespace
 
+template <>
+struct Catch::StringMaker<recording_bus::more_call> {
+  static std::string convert(const recording_bus::more_call& m) {
+    return "{shard " + std::to_string(m.shard) + ", request " + std::to_string(m.request) + ", room " +
+           std::to_string(m.room) + "}";
+  }
+};
+
 TEST_CASE("session pacing: a sub with since asks the bus for half the bound less what the connection has unsent") {
   fixture x;
   x.open(1);
