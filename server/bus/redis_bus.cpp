@@ -44,12 +44,18 @@ bool parse_number(std::string_view s, std::uint64_t& v) noexcept {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
+/// An id's epoch (the life of Redis's data it was issued in): 1-16 of [0-9a-z].
+bool valid_epoch(std::string_view epoch) noexcept {
+  if (epoch.empty() || epoch.size() > 16) return false;
+  for (char c : epoch)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  return true;
+}
+
 /// "<epoch>:<ms>-<seq>" → (ms, seq); false when malformed.
 bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexcept {
   const auto colon = id.find(':');
-  if (colon == 0 || colon == std::string_view::npos || colon > 16) return false;
-  for (char c : id.substr(0, colon))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  if (colon == std::string_view::npos || !valid_epoch(id.substr(0, colon))) return false;
   std::string_view rest = id.substr(colon + 1);
   const auto dash = rest.find('-');
   if (dash == 0 || dash == std::string_view::npos || dash + 1 == rest.size()) return false;
@@ -314,9 +320,7 @@ bool redis_bus::readable_since(std::string_view id) const noexcept {
   std::uint64_t ms, seq;
   if (parse_id(id, ms, seq)) return true;
   const auto colon = id.find(':');
-  if (colon == 0 || colon == std::string_view::npos || colon > 16) return false;
-  for (char c : id.substr(0, colon))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  if (colon == std::string_view::npos || !valid_epoch(id.substr(0, colon))) return false;
   return parse_number(id.substr(colon + 1), seq);
 }
 
