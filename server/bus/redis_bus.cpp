@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <new>
 #include <random>
 
 #include "proto/envelope.hpp"
@@ -44,12 +45,18 @@ bool parse_number(std::string_view s, std::uint64_t& v) noexcept {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
+/// An id's epoch (the life of Redis's data it was issued in): 1-16 of [0-9a-z].
+bool valid_epoch(std::string_view epoch) noexcept {
+  if (epoch.empty() || epoch.size() > 16) return false;
+  for (char c : epoch)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  return true;
+}
+
 /// "<epoch>:<ms>-<seq>" → (ms, seq); false when malformed.
 bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexcept {
   const auto colon = id.find(':');
-  if (colon == 0 || colon == std::string_view::npos || colon > 16) return false;
-  for (char c : id.substr(0, colon))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  if (colon == std::string_view::npos || !valid_epoch(id.substr(0, colon))) return false;
   std::string_view rest = id.substr(colon + 1);
   const auto dash = rest.find('-');
   if (dash == 0 || dash == std::string_view::npos || dash + 1 == rest.size()) return false;
@@ -260,12 +267,15 @@ std::uint64_t redis_bus::on_drain_begin() noexcept {
 
 // ---- requests from other threads ------------------------------------------------------------
 
-bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
-  // While Redis is away a sub waits for it (bounded); past the bound it is refused at once.
-  if (!up() && _held.load(std::memory_order_relaxed) >= max_held_subs) return false;
+/// Queues a request for the bus thread and wakes it; false, and nothing queued, when there was
+/// no memory for it. `topic` and `data` are copied into the request here, so that a poster
+/// builds nothing that can throw.
+bool redis_bus::post(request&& r, std::string_view topic, std::string_view data) noexcept {
   try {
+    r.topic.assign(topic);
+    r.data.assign(data);
     std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::sub, s->shard, 0, {}, {}, std::move(s), {}});
+    _requests.push_back(std::move(r));
   } catch (...) {
     return false;
   }
@@ -273,37 +283,26 @@ bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
   return true;
 }
 
+bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
+  // While Redis is away a sub waits for it (bounded); past the bound it is refused at once.
+  if (!up() && _held.load(std::memory_order_relaxed) >= max_held_subs) return false;
+  return post(request{request::sub, s->shard, 0, {}, {}, std::move(s), {}});
+}
+
 void redis_bus::release(std::uint32_t shard, std::string_view topic) noexcept {
-  try {
-    std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::release, shard, 0, std::string(topic), {}, {}, {}});
-  } catch (...) {
+  if (!post(request{request::release, shard, 0, {}, {}, {}, {}}, topic))
     log_ratelimited(log_level::error, "bus: out of memory; a topic stays subscribed");
-    return;
-  }
-  _loop.wake();
 }
 
 void redis_bus::withdraw(std::uint32_t shard, std::uint64_t sub_request) noexcept {
-  try {
-    std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::withdraw, shard, 0, {}, {}, {}, {}, sub_request});
-  } catch (...) {
-    return;  // it goes when Redis has answered
-  }
-  _loop.wake();
+  // Without memory for it, the sub goes when Redis has answered.
+  post(request{request::withdraw, shard, 0, {}, {}, {}, {}, sub_request});
 }
 
 void redis_bus::more(std::uint32_t shard, std::uint64_t sub_request, std::uint64_t room) noexcept {
-  try {
-    std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::more, shard, 0, {}, {}, {}, {}, sub_request, room});
-  } catch (...) {
-    // No memory: the replay stops here, and the connection waits until it closes.
+  // No memory: the replay stops here, and the connection waits until it closes.
+  if (!post(request{request::more, shard, 0, {}, {}, {}, {}, sub_request, room}))
     log_ratelimited(log_level::error, "bus: out of memory; a replay stalls");
-    return;
-  }
-  _loop.wake();
 }
 
 /// The ids a node issues: "<epoch>:<ms>-<seq>" on this bus, "<epoch>:<seq>" on the embedded bus
@@ -314,9 +313,7 @@ bool redis_bus::readable_since(std::string_view id) const noexcept {
   std::uint64_t ms, seq;
   if (parse_id(id, ms, seq)) return true;
   const auto colon = id.find(':');
-  if (colon == 0 || colon == std::string_view::npos || colon > 16) return false;
-  for (char c : id.substr(0, colon))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  if (colon == std::string_view::npos || !valid_epoch(id.substr(0, colon))) return false;
   return parse_number(id.substr(colon + 1), seq);
 }
 
@@ -331,14 +328,10 @@ bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view
     _n.pubs_refused.add();  // shard threads: a relaxed add may lose a count between two; it is a gauge of trouble
     return false;
   }
-  try {
-    std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::client_pub, shard, tag, std::string(topic), std::string(data), {}, {}});
-  } catch (...) {
+  if (!post(request{request::client_pub, shard, tag, {}, {}, {}, {}}, topic, data)) {
     _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     return false;
   }
-  _loop.wake();
   return true;
 }
 
@@ -366,11 +359,8 @@ std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view 
     w->finish(bus_publish::unavailable, "the bus is down");
     return ticket;
   }
-  {
-    std::lock_guard lock(_req_m);
-    _requests.push_back(request{request::admin_pub, 0, 0, std::string(topic), std::string(data), {}, w});
-  }
-  _loop.wake();
+  if (!post(request{request::admin_pub, 0, 0, {}, {}, {}, std::move(w)}, topic, data))
+    throw std::bad_alloc();  // no memory for it: the caller answers unavailable (bus_sink)
   return ticket;
 }
 

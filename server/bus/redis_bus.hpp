@@ -190,6 +190,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void on_push(redis_link&, const resp::reply& r) noexcept override { on_sub_message(&r); }
   void watch_stall() noexcept;
 
+  bool post(request&& r, std::string_view topic = {}, std::string_view data = {}) noexcept;
   void take_requests() noexcept;
   void handle(request& r) noexcept;
   void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;

@@ -38,10 +38,10 @@ import time
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (Findings, OP_CLOSE, OP_PING, OP_TEXT, RawWebSocket, ServerProcess, TestFailure,  # noqa: E402
+from wsp_testlib import (Findings, OP_CLOSE, OP_PING, OP_TEXT, RawWebSocket, ServerProcess,  # noqa: E402
                          accept_key, admin_port, arg_parser, check, decode_frame, encode_frame, http_request,
                          parse_close, parse_http_head, recv_some, run_main, scaled, scrape_metrics,
-                         upgrade_request, rss_bytes)
+                         upgrade_request, RssPeak)
 
 MiB = 1 << 20
 TOPIC = "bp"
@@ -49,40 +49,6 @@ SLOW_CLOSES = "wspush_slow_consumer_closes_total"
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-
-
-class RssWatch:
-    """Samples the server's VmRSS every 20 ms in a thread; `peak` is the largest seen."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.baseline = rss_bytes(pid)
-        self.peak = self.baseline
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.peak = max(self.peak, rss_bytes(self.pid))
-            except (OSError, TestFailure):
-                return  # the process is gone; the test notices that by itself
-            self._stop.wait(0.02)
-
-    def growth(self) -> int:
-        return self.peak - self.baseline
-
-    def __enter__(self) -> "RssWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        try:
-            self.peak = max(self.peak, rss_bytes(self.pid))
-        except (OSError, TestFailure):
-            pass
 
 
 def small_window_socket(rcvbuf: int = 4096, mss: int = 536) -> socket.socket:
@@ -246,7 +212,7 @@ async def readers_and_non_reader(server: ServerProcess, batches: "list[int]", pa
         with cond:
             cond.notify_all()
 
-    with RssWatch(server.proc.pid) as rss:
+    with RssPeak(server.proc.pid) as rss:
         thread = threading.Thread(target=publisher, daemon=True)
         thread.start()
         await asyncio.gather(*(read(k, ws) for k, ws in enumerate(readers)))
@@ -287,13 +253,13 @@ async def readers_and_non_reader(server: ServerProcess, batches: "list[int]", pa
     closes = slow_closes(admin) - closes_before
     if closes != 1:
         problems.append(f"{SLOW_CLOSES} moved by {closes:.0f}, expected 1 (the non-reader only)")
-    if rss.growth() > rss_bound:
-        problems.append(f"server RSS grew by {rss.growth() / MiB:.1f} MiB (bound {rss_bound / MiB:.0f} MiB: {rss_why})")
+    if rss.growth_bytes > rss_bound:
+        problems.append(f"server RSS grew by {rss.growth_bytes / MiB:.1f} MiB (bound {rss_bound / MiB:.0f} MiB: {rss_why})")
     for ws in readers:
         await ws.close()
     slow.close()
     check(not problems, "; ".join(problems))
-    print(f"   (non-reader got {seen} events then close {code}; RSS grew {rss.growth() / MiB:.1f} MiB)")
+    print(f"   (non-reader got {seen} events then close {code}; RSS grew {rss.growth_bytes / MiB:.1f} MiB)")
 
 
 # ---- A.3: ping flood ------------------------------------------------------------------------------
@@ -315,7 +281,7 @@ def ping_flood(server: ServerProcess, pending_bound: int, limit_bytes: int, limi
     view = memoryview(chunk)
     sent, pos, why = 0, 0, ""
     started = last_progress = time.monotonic()
-    with RssWatch(server.proc.pid) as rss:
+    with RssPeak(server.proc.pid) as rss:
         while True:
             now = time.monotonic()
             if sent >= limit_bytes:
@@ -327,7 +293,7 @@ def ping_flood(server: ServerProcess, pending_bound: int, limit_bytes: int, limi
             if now - last_progress >= 3:
                 why = "the server stopped reading from us for 3 s (backpressure)"
                 break
-            if rss.growth() > rss_bound:
+            if rss.growth_bytes > rss_bound:
                 why = "RSS bound exceeded"
                 break
             _, writable, _ = select.select([], [sock], [], 0.1)
@@ -345,10 +311,10 @@ def ping_flood(server: ServerProcess, pending_bound: int, limit_bytes: int, limi
             last_progress = time.monotonic()
     sock.close()
     print(f"   (flood: {sent / MiB:.0f} MiB of pings in {time.monotonic() - started:.1f}s, stopped: {why}; "
-          f"RSS grew {rss.growth() / MiB:.1f} MiB)")
+          f"RSS grew {rss.growth_bytes / MiB:.1f} MiB)")
     check(server.alive(), "the server died under the ping flood\n" + server.log_tail())
-    check(rss.growth() <= rss_bound,
-          f"server RSS grew by {rss.growth() / MiB:.0f} MiB under a ping flood from one client that never reads "
+    check(rss.growth_bytes <= rss_bound,
+          f"server RSS grew by {rss.growth_bytes / MiB:.0f} MiB under a ping flood from one client that never reads "
           f"({sent / MiB:.0f} MiB of pings sent; bound: --max-pending-bytes {pending_bound / MiB:.0f} MiB + 63 MiB "
           "slack; pongs must count against the bound, at most one waiting)")
 

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (OP_CLOSE, OP_TEXT, Findings, RawWebSocket, ServerProcess, arg_parser,  # noqa: E402
                          check, encode_frame, metric, poll_until, publish_ok, recv_json, rss_bounds_checked,
-                         run_main, scaled, subscribe, rss_mb)
+                         run_main, scaled, subscribe, rss_mb, RssPeak)
 
 FLOOD_SECONDS = 3.0
 PUB_BYTES = 60_000
@@ -55,10 +55,10 @@ async def flood(s: ServerProcess, seconds: float) -> "tuple[int, float]":
     node holding the connection, ends it too); returns how many were sent and the node's peak
     RSS meanwhile."""
     message = '{"op":"pub","topic":"flood","data":' + json.dumps("x" * PUB_BYTES) + "}"
-    peak = rss_mb(s.proc.pid)
     sent = 0
     ws = await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, close_timeout=1,
                                   max_size=None, write_limit=2 ** 16)
+    rss = RssPeak(s.proc.pid).start()
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -67,12 +67,10 @@ async def flood(s: ServerProcess, seconds: float) -> "tuple[int, float]":
             except asyncio.TimeoutError:
                 break
             sent += 1
-            if sent % 20 == 0:
-                peak = max(peak, rss_mb(s.proc.pid))
     finally:
-        peak = max(peak, rss_mb(s.proc.pid))
+        rss.stop()
         ws.transport.abort()
-    return sent, peak
+    return sent, rss.peak_mb
 
 
 async def pub_flood(args) -> None:

@@ -31,8 +31,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_ports import reserve_port  # noqa: E402
-from wsp_testlib import (OP_TEXT, Findings, RawWebSocket, ServerProcess, TestFailure, admin_port,  # noqa: E402
-                         arg_parser, check, metric, publish_ok, rss_bounds_checked, run_main, scaled, rss_mb)
+from wsp_testlib import (OP_TEXT, Findings, RawWebSocket, ServerProcess, admin_port,  # noqa: E402
+                         arg_parser, check, metric, publish_ok, rss_bounds_checked, run_main, scaled, rss_mb, RssPeak)
 
 RSS_SLACK_MB = 8  # "a few MB": what one step may leave behind (allocator noise), far below the attack
 
@@ -257,31 +257,6 @@ class LyingRedis:
 # ---- the node -------------------------------------------------------------------------------------
 
 
-class PeakRss:
-    """Samples a process's VmRSS every 10 ms while a step runs: a reservation the node gives back
-    before the step ends is still seen."""
-
-    def __init__(self, pid: int):
-        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.peak = max(self.peak, rss_mb(self.pid))
-            except (OSError, TestFailure):
-                return
-            self._stop.wait(0.01)
-
-    def __enter__(self) -> "PeakRss":
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join()
-
-
 def http_status(s: ServerProcess, path: str) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}{path}", timeout=scaled(5)) as r:
@@ -350,8 +325,8 @@ class Rig:
         reconnects0 = metric(s, "wspush_bus_reconnects_total")
         accepted0 = self.fake.accepted[role]
         log0 = len(s.log)
-        rss0 = rss_mb(s.proc.pid)
-        with PeakRss(s.proc.pid) as peak:
+        with RssPeak(s.proc.pid, every=0.01) as peak:
+            rss0 = peak.base_mb
             detail = send()
             try:
                 wait_until("wspush_bus_protocol_errors_total to rise",
@@ -362,12 +337,12 @@ class Rig:
                 self.wait_up()
             finally:
                 rss1 = rss_mb(s.proc.pid) if s.alive() else float("nan")
-                print(f"  {name}: RSS {rss0:.1f} MB before, {rss1:.1f} MB after, peak {peak.peak:.1f} MB"
+                print(f"  {name}: RSS {rss0:.1f} MB before, {rss1:.1f} MB after, peak {peak.peak_mb:.1f} MB"
                       f"{detail if isinstance(detail, str) else ''}", flush=True)
         check(http_status(s, "/healthz") == 200, "/healthz is not 200")
         self.client_open(name)
         if rss_bounds_checked():
-            check(peak.peak - rss0 <= RSS_SLACK_MB, f"RSS rose from {rss0:.1f} to a peak of {peak.peak:.1f} MB")
+            check(peak.peak_mb - rss0 <= RSS_SLACK_MB, f"RSS rose from {rss0:.1f} to a peak of {peak.peak_mb:.1f} MB")
             check(rss1 - rss0 <= RSS_SLACK_MB, f"RSS rose from {rss0:.1f} to {rss1:.1f} MB")
         s.wait_for_log(expect_log, scaled(5), what=f"a log line matching {expect_log!r}", start=log0)
 

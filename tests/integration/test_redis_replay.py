@@ -27,7 +27,7 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until, recv_json,  # noqa: E402
-                         rss_bounds_checked, run_main, scaled, rss_mb)
+                         rss_bounds_checked, run_main, scaled, RssPeak)
 from wsp_wire import OP_TEXT, RawWebSocket  # noqa: E402
 
 EVENTS = 100
@@ -128,8 +128,7 @@ async def attack(args) -> None:
         check(len(lags) >= 3, "the tick watcher heard nothing")
         r.slowlog_reset()
         redis_base, redis_peak_before = used_mb(r, "used_memory"), used_mb(r, "used_memory_peak")
-        node_base = rss_mb(s.proc.pid)
-        node_peak = node_base
+        node_rss = RssPeak(s.proc.pid).start()
         sub = json.dumps({"op": "sub", "topics": ["big"], "since": {"big": since}}).encode()
         quiet = [RawWebSocket(s.port).open() for _ in range(NON_READERS)]
         for q in quiet:
@@ -140,7 +139,6 @@ async def attack(args) -> None:
         end = time.monotonic() + scaled(30)
         settled, last = 0, -1
         while time.monotonic() < end and settled < 2:
-            node_peak = max(node_peak, rss_mb(s.proc.pid))
             paced, pending = metric(s, "wspush_bus_replays_paced"), metric(s, "wspush_bus_pending")
             commands = len(replay_commands(r))
             settled = settled + 1 if commands >= NON_READERS and pending == paced and commands == last else 0
@@ -149,7 +147,8 @@ async def attack(args) -> None:
         print(f"  settled: {settled >= 2}; {pending:.0f} subs under way, {paced:.0f} waiting for their client",
               file=sys.stderr)
         await asyncio.sleep(0.5)
-        node_peak = max(node_peak, rss_mb(s.proc.pid))
+        node_rss.stop()
+        node_base, node_peak = node_rss.base_mb, node_rss.peak_mb
         redis_peak = used_mb(r, "used_memory_peak")
         replays = replay_commands(r)
         longest = max((e["duration"] for e in replays), default=0) / 1000

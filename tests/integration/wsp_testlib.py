@@ -288,6 +288,64 @@ def rss_mb(pid: int) -> float:
     return rss_bytes(pid) / (1 << 20)
 
 
+class RssPeak:
+    """The largest VmRSS a process reaches while watched: a thread samples it every `every`
+    seconds from start() to stop() (or through a `with` block), so memory the process takes and
+    gives back between two of the test's own steps is still seen, and an asyncio test's loop
+    need not yield for it. `base_bytes` is the RSS at start(); `peak_bytes` includes it and a
+    last sample at stop(). A process that is gone ends the sampling (the test sees that itself)."""
+
+    def __init__(self, pid: int, every: float = 0.02):
+        self.pid, self.every = pid, every
+        self.base_bytes = self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _sample(self) -> bool:
+        try:
+            self.peak_bytes = max(self.peak_bytes, rss_bytes(self.pid))
+            return True
+        except (OSError, TestFailure):
+            return False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every) and self._sample():
+            pass
+
+    def start(self) -> "RssPeak":
+        self.base_bytes = self.peak_bytes = rss_bytes(self.pid)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(scaled(5))
+        self._thread = None
+        self._sample()
+
+    def __enter__(self) -> "RssPeak":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / (1 << 20)
+
+    @property
+    def base_mb(self) -> float:
+        return self.base_bytes / (1 << 20)
+
+    @property
+    def growth_bytes(self) -> int:
+        return self.peak_bytes - self.base_bytes
+
+
 def rss_bounds_checked() -> bool:
     """Whether the server's RSS says what it holds: not in a sanitizer build (WSPUSH_SANITIZED,
     set by CMake), where AddressSanitizer replaces the allocator and keeps freed memory in its
