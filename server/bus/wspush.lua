@@ -73,40 +73,69 @@ end
 -- failover to a replica whose clock is behind) past the earlier life's ids.
 local function first_id(t)
   local us = tonumber(t[2])
-  local id = string.format('%.0f-%.0f', tonumber(t[1]) * 1000 + math.floor(us / 1000),
-                           (us % 1000 + 1) * 4294967296)
-  for _ = 1, 1000 do
-    local n = redis.call('TIME')
-    if n[2] ~= t[2] or n[1] ~= t[1] then break end
-  end
-  return id
+  return string.format('%.0f-%.0f', tonumber(t[1]) * 1000 + math.floor(us / 1000), (us % 1000 + 1) * 4294967296)
 end
 
-local function publish(keys, args)
-  local topic, data = args[1], args[2]
-  if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
-  local maxlen, ttl, max_bytes = config()
+-- After a call that created a stream at TIME t: until TIME has moved on from t (first_id).
+local function wait_past(t)
+  for _ = 1, 1000 do
+    local n = redis.call('TIME')
+    if n[2] ~= t[2] or n[1] ~= t[1] then return end
+  end
+end
+
+-- One publish of a call that read the configuration `c` ({maxlen, ttl, max_bytes}), the epoch
+-- `e` and the TIME `t` once for all of its publishes. Returns its id (or an error reply) and
+-- whether it created the stream.
+local function publish_one(topic, data, c, e, t)
+  if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic'), false end
   -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
-  if type(data) ~= 'string' or #data > max_bytes then
-    return redis.error_reply('ERR wspush: data larger than max_event_bytes (' .. max_bytes .. ' bytes)')
+  if type(data) ~= 'string' or #data > c[3] then
+    return redis.error_reply('ERR wspush: data larger than max_event_bytes (' .. c[3] .. ' bytes)'), false
   end
   if not pcall(cjson.decode, data) then
-    return redis.error_reply('ERR wspush: data is not one JSON value')
+    return redis.error_reply('ERR wspush: data is not one JSON value'), false
   end
-  local e = epoch()
   local stream = 'wspush:stream:' .. topic
-  local t = redis.call('TIME')
-  local next_id = '*'
-  if redis.call('EXISTS', stream) == 0 then next_id = first_id(t) end
-  local id = redis.call('XADD', stream, 'MAXLEN', maxlen, next_id, 'd', data)
-  if ttl > 0 then
+  -- A stream that exists takes the entry (one command); only a new one needs its first id.
+  local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', c[1], '*', 'd', data)
+  local created = not id
+  if created then id = redis.call('XADD', stream, 'MAXLEN', c[1], first_id(t), 'd', data) end
+  if c[2] > 0 then
     local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('XTRIM', stream, 'MINID', (ms - ttl) .. '-0')
-    redis.call('PEXPIRE', stream, ttl * 2)
+    redis.call('XTRIM', stream, 'MINID', (ms - c[2]) .. '-0')
+    redis.call('PEXPIRE', stream, c[2] * 2)
   end
   local full = e .. ':' .. id
   redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
-  return full
+  return full, created
+end
+
+local function publish(keys, args)
+  local c = {config()}
+  local t = redis.call('TIME')
+  local out, created = publish_one(args[1], args[2], c, epoch(), t)
+  if created then wait_past(t) end
+  return out
+end
+
+-- FCALL wspush_publish_batch 0 <topic> <data> [<topic> <data> ...]
+--   -> { <what wspush_publish answers for each pair>, ... }: an id, or an error, in order. The
+--   nodes' own: one call carries every publish a node has to send at once, and reads the
+--   configuration, the epoch and the time once for all of them.
+local function publish_batch(keys, args)
+  if #args == 0 or #args % 2 ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
+  local c = {config()}
+  local e = epoch()
+  local t = redis.call('TIME')
+  local out, any = {}, false
+  for i = 1, #args, 2 do
+    local r, created = publish_one(args[i], args[i + 1], c, e, t)
+    out[#out + 1] = r
+    any = any or created
+  end
+  if any then wait_past(t) end
+  return out
 end
 
 -- FCALL wspush_replay 0 <topic> <since id> [mark]
@@ -213,6 +242,7 @@ local function replay(keys, args)
 end
 
 redis.register_function{function_name = 'wspush_publish', callback = publish, flags = {'no-cluster'}}
+redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch, flags = {'no-cluster'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-cluster', 'no-writes'}}
 -- FCALL wspush_mark 0 <channel> -> 1, and publishes "mark <epoch> <ms>" (the TIME it ran) on
 -- <channel>, a node's own: when the node hears it on its subscriber connection, every publish
