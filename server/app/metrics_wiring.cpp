@@ -111,6 +111,8 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
                    {{"command", "subscribe"}});
   m.add_counter_fn("wspush_bus_commands_total", [p] { return double(p->counters().unsubscribes.get()); }, {},
                    {{"command", "unsubscribe"}});
+  m.add_counter_fn("wspush_bus_commands_total", [p] { return double(p->counters().publish_calls.get()); }, {},
+                   {{"command", "publish"}});
   m.add_counter_fn("wspush_bus_dropped_total", [p] { return double(p->counters().dropped.get()); });
   m.add_counter_fn("wspush_bus_catchup_events_total", [p] { return double(p->counters().catchup_events.get()); });
 }

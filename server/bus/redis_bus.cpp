@@ -29,6 +29,8 @@ constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for 
 // are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
 constexpr std::string_view replay_page_entries = "64";
 constexpr std::uint32_t max_pages_in_flight = 8;
+constexpr std::size_t max_batch_pubs = 64;          // publishes in one FCALL wspush_publish_batch
+constexpr std::size_t max_batch_bytes = 1 << 20;    // and their topics and data, about
 constexpr std::size_t replay_page_bound = 1 << 20;  // the most a page holds (and what a catch-up's do)
 constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
 constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
@@ -136,17 +138,25 @@ struct redis_bus::request {
   std::uint64_t room = 0;         // more: what the connection can take (bytes)
 };
 
+/// One publish of a batch (op::publishes), answered from its element of the reply.
+struct redis_bus::batched_pub {
+  bool client = false;      // a client's pub (else the admin API's)
+  std::uint32_t shard = 0;  // client: its shard, its tag, what it counts in _pub_bytes
+  std::uint64_t tag = 0;
+  std::size_t bytes = 0;
+  std::string topic;        // client: for its error, if one comes
+  std::shared_ptr<waiter> w;
+};
+
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, epoch, replay, client_pub, admin_pub, marker, mark, other };
+  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
   std::uint32_t index = 0;
   std::uint32_t shard = 0;
-  std::uint64_t tag = 0;    // client_pub: the session's tag
-  std::size_t bytes = 0;    // client_pub: what it counts in _pub_bytes
-  std::string topic;
-  std::shared_ptr<waiter> w;
+  std::uint64_t tag = 0;    // replay: the link generation it was sent on
+  std::vector<batched_pub> pubs;  // publishes: one per pair of the call, in order
   redis_bus* bus = nullptr;
 };
 
@@ -223,7 +233,7 @@ void reply_cb(const resp::reply* reply, void* priv) noexcept {
 resp::limits reply_limits(const redis_bus_options& o) noexcept {
   resp::limits l;
   l.max_bulk = std::size_t(o.max_event_bytes) + 256;
-  l.max_elements = 2 * std::size_t(o.history_size) + 16;
+  l.max_elements = std::max<std::size_t>(2 * std::size_t(o.history_size), max_batch_pubs) + 16;
   l.max_depth = 4;
   l.max_total = std::max<std::size_t>(4u << 20, (std::size_t(o.history_size) + 1) * l.max_bulk) +
                 l.max_elements * sizeof(resp::reply) + (64 << 10);
@@ -494,7 +504,17 @@ void redis_bus::take_requests() noexcept {
     if (_requests.empty()) return;
     _taking.swap(_requests);
   }
-  for (request& r : _taking) handle(r);
+  // Publishes go to Redis in batches, a batch of what is queued back to back (never waiting for
+  // more to come), in the order they were asked among the other requests.
+  for (request& r : _taking) {
+    if (r.kind == request::client_pub || r.kind == request::admin_pub) {
+      gather_publish(r);
+      continue;
+    }
+    send_publishes();
+    handle(r);
+  }
+  send_publishes();
   _taking.clear();
 }
 
@@ -505,7 +525,7 @@ void redis_bus::handle(request& r) noexcept {
     case request::withdraw: return handle_withdraw(r.shard, r.sub_request);
     case request::more: return handle_more(r.shard, r.sub_request, r.room);
     case request::client_pub:
-    case request::admin_pub: return handle_publish(r);
+    case request::admin_pub: return gather_publish(r), send_publishes();
   }
 }
 
@@ -519,6 +539,24 @@ bool redis_bus::command(std::initializer_list<std::string_view> args, op* o) noe
   }
   o->bus = this;
   if (_cmd.command(n, argv, lens, reply_cb, o)) return true;
+  delete o;
+  return false;
+}
+
+bool redis_bus::command(std::span<const std::string_view> args, op* o) noexcept {
+  try {
+    _argp.resize(args.size());
+    _argl.resize(args.size());
+  } catch (...) {
+    delete o;
+    return false;
+  }
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    _argp[k] = args[k].data();
+    _argl[k] = args[k].size();
+  }
+  o->bus = this;
+  if (_cmd.command(int(args.size()), _argp.data(), _argl.data(), reply_cb, o)) return true;
   delete o;
   return false;
 }
@@ -996,28 +1034,63 @@ void redis_bus::send_page(std::uint64_t pid, pending& p, std::uint32_t next) noe
 
 // ---- publishes ------------------------------------------------------------------------------
 
-void redis_bus::handle_publish(request& r) noexcept {
+/// Takes a publish into the batch being gathered (take_requests), which goes once it holds
+/// max_batch_pubs publishes or max_batch_bytes of them, or when the requests taken run out.
+void redis_bus::gather_publish(request& r) noexcept {
   if (r.w) {
     std::lock_guard lock(r.w->m);
     if (r.w->withdrawn) return;  // its publisher was told unavailable: keep that true
-    r.w->sent = true;            // (a failed send below settles it as unavailable)
+    r.w->sent = true;            // (a failed send settles it as unavailable)
   }
-  auto* o = new (std::nothrow) op{r.kind == request::admin_pub ? op::admin_pub : op::client_pub};
-  const std::size_t bytes = r.topic.size() + r.data.size();
+  try {
+    _gathered.push_back(&r);
+  } catch (...) {
+    return publish_refused(r);
+  }
+  _gathered_bytes += r.topic.size() + r.data.size();
+  if (_gathered.size() >= max_batch_pubs || _gathered_bytes >= max_batch_bytes) send_publishes();
+}
+
+/// The publishes gathered go to Redis in one FCALL wspush_publish_batch.
+void redis_bus::send_publishes() noexcept {
+  if (_gathered.empty()) return;
+  auto* o = new (std::nothrow) op{op::publishes};
+  bool sent = false;
   if (o) {
-    o->shard = r.shard;
-    o->tag = r.tag;
-    o->bytes = bytes;
-    o->w = r.w;
-    if (command({"FCALL", "wspush_publish", "0", r.topic, r.data}, o)) {
-      if (r.kind == request::client_pub) o->topic = std::move(r.topic);  // for its error, if one comes
-      return;
+    try {
+      o->pubs.resize(_gathered.size());
+      _argv.assign({"FCALL", "wspush_publish_batch", "0"});
+      for (std::size_t k = 0; k < _gathered.size(); ++k) {
+        const request& r = *_gathered[k];
+        _argv.push_back(r.topic);
+        _argv.push_back(r.data);
+        batched_pub& b = o->pubs[k];
+        b.client = r.kind == request::client_pub;
+        b.shard = r.shard;
+        b.tag = r.tag;
+        b.bytes = r.topic.size() + r.data.size();
+        b.w = r.w;
+      }
+      sent = command(_argv, o);  // deletes o if it was not sent
+      if (sent) _n.publish_calls.add();
+    } catch (...) {
+      delete o;
     }
   }
-  // Down (or no memory): the publisher hears it.
+  for (std::size_t k = 0; k < _gathered.size(); ++k) {
+    request& r = *_gathered[k];
+    if (!sent) publish_refused(r);
+    else if (r.kind == request::client_pub) o->pubs[k].topic = std::move(r.topic);  // sent: the bytes are copied
+  }
+  _gathered.clear();
+  _gathered_bytes = 0;
+}
+
+/// A publish that did not go (down, or no memory): its publisher hears it.
+void redis_bus::publish_refused(request& r) noexcept {
   if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
   if (r.kind == request::client_pub) {
-    pub_answered(bytes);
+    pub_answered(r.topic.size() + r.data.size());
     pub_failed(r.shard, r.tag, r.topic);
   }
 }
@@ -1039,20 +1112,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       _epoch.assign(str(r));
       _cmd_ready = true;
       return ready_check();
-    case op::admin_pub:
-      // No reply: the link went away with the command sent or about to be; Redis may run it.
-      if (o->w) o->w->finish(r == nullptr ? bus_publish::unknown : error ? bus_publish::refused : bus_publish::ok, str(r));
-      return;
-    case op::client_pub:
-      pub_answered(o->bytes);
-      if (!error && o->shard < _pubs_done.size()) {
-        try {
-          _pubs_done[o->shard].push_back(o->tag);  // answered in one reply per shard (on_turn)
-          return;
-        } catch (...) {
-        }
-      }
-      break;  // refused, down, or no memory: the client hears unavailable
+    case op::publishes: return publishes_answered(*o, r);
     case op::replay: {
       if (o->tag == _link_gen && _pages_in_flight > 0) --_pages_in_flight;  // pump_pages (on_turn) sends the next
       if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
@@ -1129,7 +1189,36 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;
   }
-  pub_failed(o->shard, o->tag, std::move(o->topic));
+}
+
+/// Redis answered a batch of publishes: each by its element of the reply, in order. No reply
+/// (the link went away with the call sent or about to be: Redis may have run it), an error for
+/// the whole call (out of memory, or a library without the function), or a reply of another
+/// shape answers every publish of the batch the same way.
+void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
+  const bool each = r != nullptr && r->type == resp::reply_type::array && r->elements == o.pubs.size();
+  if (r != nullptr && !each && r->type != resp::reply_type::error) _n.malformed.add();
+  for (std::size_t k = 0; k < o.pubs.size(); ++k) {
+    batched_pub& b = o.pubs[k];
+    const resp::reply* e = each ? r->element[k] : r;
+    const bus_publish result = e == nullptr                              ? bus_publish::unknown
+                               : e->type == resp::reply_type::error      ? bus_publish::refused
+                               : e->type == resp::reply_type::string && e->len > 0 ? bus_publish::ok
+                                                                         : bus_publish::refused;
+    if (!b.client) {
+      if (b.w) b.w->finish(result, result == bus_publish::refused && e->type != resp::reply_type::error ? "a malformed reply" : str(e));
+      continue;
+    }
+    pub_answered(b.bytes);
+    if (result == bus_publish::ok && b.shard < _pubs_done.size()) {
+      try {
+        _pubs_done[b.shard].push_back(b.tag);  // answered in one reply per shard (on_turn)
+        continue;
+      } catch (...) {
+      }
+    }
+    pub_failed(b.shard, b.tag, std::move(b.topic));  // refused, down, or no memory: the client hears unavailable
+  }
 }
 
 /// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.

@@ -51,6 +51,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -85,6 +86,7 @@ struct redis_bus_counters {
   relaxed_counter malformed;       ///< messages in Redis that were not an event: counted, skipped
   relaxed_counter reconnects;      ///< connections to Redis made again after one was lost
   relaxed_counter subscribes, unsubscribes;  ///< SUBSCRIBE / UNSUBSCRIBE commands (each many channels)
+  relaxed_counter publish_calls;   ///< FCALL wspush_publish_batch commands (each many publishes)
   relaxed_counter dropped;         ///< events a shard's inbox refused
   relaxed_counter catchup_events;  ///< events replayed to subscribers that stayed through an outage
   relaxed_counter topics;          ///< gauge: channels subscribed
@@ -157,6 +159,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
 
   // Internal (the links' callbacks).
   struct op;
+  struct batched_pub;
   void on_reply(op* o, const resp::reply* r) noexcept;
   void on_sub_message(const resp::reply* r) noexcept;
 
@@ -195,7 +198,10 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void handle(request& r) noexcept;
   void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;
   void handle_release(std::uint32_t shard, const std::string& topic) noexcept;
-  void handle_publish(request& r) noexcept;
+  void gather_publish(request& r) noexcept;
+  void send_publishes() noexcept;
+  void publish_refused(request& r) noexcept;
+  void publishes_answered(op& o, const resp::reply* r) noexcept;
   void confirmed(const std::string& topic) noexcept;
   void unsubscribed(const std::string& topic) noexcept;
   void advance(std::uint64_t pid) noexcept;
@@ -234,6 +240,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void start_catchup(const std::string& topic) noexcept;
   void note_catchup_start(topic_state& ts) noexcept;
   bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
+  bool command(std::span<const std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
   void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;
   void offer_at(const pool::frame_ref& frame, std::size_t topic_offset, std::size_t topic_size) noexcept;
@@ -255,6 +262,13 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   // Requests from other threads.
   std::mutex _req_m;
   std::vector<request> _requests, _taking;
+  // The publishes taken and not sent yet (take_requests batches them), and scratch for the
+  // arguments of a command longer than a few.
+  std::vector<request*> _gathered;
+  std::size_t _gathered_bytes = 0;
+  std::vector<std::string_view> _argv;
+  std::vector<const char*> _argp;
+  std::vector<std::size_t> _argl;
 
   // The bus thread's state.
   redis_link _sub, _cmd;

@@ -143,6 +143,29 @@ async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProces
         check(e.get("id") == eid and e.get("data") == [1, 2, 3], f"after the junk, on B: {e}")
         check(metric(a, "wspush_bus_malformed_total") - before == 4,
               f"malformed went {before} -> {metric(a, 'wspush_bus_malformed_total')}")
+        # The nodes' batch: each pair answered as wspush_publish answers it, in order; the good
+        # ones reach every subscriber in that order, a new topic's stream included.
+        await subscribe(wa, ["backend:new"])
+        got = r.fcall("wspush_publish_batch", 0, "backend:1", '"b1"', "bad topic", "1", "backend:1", "{not json",
+                      "backend:new", '"n1"', "backend:1", '"b2"')
+        check(len(got) == 5, f"the batch was answered {got}")
+        check(isinstance(got[1], redis.ResponseError) and "topic" in str(got[1]), f"a bad topic answered {got[1]!r}")
+        check(isinstance(got[2], redis.ResponseError) and "JSON" in str(got[2]), f"bad JSON answered {got[2]!r}")
+        ids = [got[0], got[3], got[4]]
+        check(all(isinstance(i, str) and ":" in i for i in ids), f"the good ones answered {ids}")
+        want = [("backend:1", ids[0], "b1"), ("backend:new", ids[1], "n1"), ("backend:1", ids[2], "b2")]
+        heard = [await recv_json(wa) for _ in range(3)]
+        check([(e.get("topic"), e.get("id"), e.get("data")) for e in heard] == want, f"A heard {heard}")
+        heard = [await recv_json(wb) for _ in range(2)]
+        check([(e.get("topic"), e.get("id"), e.get("data")) for e in heard] == [want[0], want[2]], f"B heard {heard}")
+        check([x[1]["d"] for x in r.xrange("wspush:stream:backend:1")][-2:] == ['"b1"', '"b2"'],
+              "the stream does not hold the batch's events in order")
+        for odd in ((), ("backend:1",)):
+            try:
+                r.fcall("wspush_publish_batch", 0, *odd)
+                raise AssertionError(f"the batch took {len(odd)} arguments")
+            except redis.ResponseError as exc:
+                check("pairs" in str(exc), f"refused with {exc}")
     finally:
         await wa.close()
         await wb.close()

@@ -192,6 +192,13 @@ class LyingRedis:
             eid = b"fakeepoch:%d-0" % self.seq
             self.deliver(b"wspush:topic:" + args[3], eid + b" " + args[4])
             return bulk(eid)
+        if verb == b"FCALL" and args[1] == b"wspush_publish_batch":
+            ids = []
+            for k in range(3, len(args) - 1, 2):
+                self.seq += 1
+                ids.append(b"fakeepoch:%d-0" % self.seq)
+                self.deliver(b"wspush:topic:" + args[k], ids[-1] + b" " + args[k + 1])
+            return b"*%d\r\n" % len(ids) + b"".join(bulk(i) for i in ids)
         if verb == b"FCALL" and args[1] == b"wspush_mark":
             # The moment up to which the node has seen every event (see wspush.lua): from then on
             # a catch-up after a reconnect reads from it, and this server has missed nothing.
