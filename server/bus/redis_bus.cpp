@@ -1198,6 +1198,14 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
 void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
   const bool each = r != nullptr && r->type == resp::reply_type::array && r->elements == o.pubs.size();
   if (r != nullptr && !each && r->type != resp::reply_type::error) _n.malformed.add();
+  if (r != nullptr && r->type == resp::reply_type::error && str(r).find("Function not found") != std::string_view::npos) {
+    // A node of an older version loaded its library since (FUNCTION LOAD REPLACE on connect):
+    // this one's holds every function the older one has, so it goes back. The batch did not
+    // run: its publishers hear it refused, and a retry is safe.
+    log_ratelimited(log_level::warn, "bus: Redis has no wspush_publish_batch (a node of an older version loaded its "
+                    "functions): loading this node's again");
+    if (auto* load = new (std::nothrow) op{op::other}) command({"FUNCTION", "LOAD", "REPLACE", redis_functions}, load);
+  }
   for (std::size_t k = 0; k < o.pubs.size(); ++k) {
     batched_pub& b = o.pubs[k];
     const resp::reply* e = each ? r->element[k] : r;

@@ -171,6 +171,31 @@ async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProces
         await wb.close()
 
 
+async def older_library(rs: RedisServer, a: ServerProcess) -> None:
+    """A node of an older version loads its functions (FUNCTION LOAD REPLACE, as every node does
+    when it connects), one without wspush_publish_batch: the node's next batch is refused (a
+    retry is safe: it did not run), and the node loads its own functions again."""
+    r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
+    lua = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "server", "bus", "wspush.lua")).read()
+    older = "\n".join(line for line in lua.splitlines() if "'wspush_publish_batch'" not in line)
+    check(older != lua, "the library has no wspush_publish_batch to take out")
+    r.function_load(older, replace=True)
+    has_batch = lambda: "wspush_publish_batch" in str(r.function_list())  # noqa: E731
+    check(not has_batch(), "the older library still has wspush_publish_batch")
+    ws = await connect(a)
+    try:
+        await subscribe(ws, ["upgrade"])
+        status, body = publish(a, "upgrade", "during")
+        check(status == 503, f"a batch Redis had no function for was answered {status} {body}")
+        check(poll_until(has_batch, scaled(10)), "the node did not load its functions again")
+        a.wait_for_log("loading this node's again", scaled(5), "the log line for the older library")
+        eid = publish_ok(a, "upgrade", "after")
+        e = await recv_json(ws)
+        check(e.get("id") == eid and e.get("data") == "after", f"after the reload the subscriber heard {e}")
+    finally:
+        await ws.close()
+
+
 async def subbed_means_active(rs: RedisServer, a: ServerProcess) -> None:
     r = redis.Redis(host="127.0.0.1", port=rs.port, decode_responses=True)
     for k in range(50):
@@ -648,6 +673,7 @@ def main(args) -> None:
         f.step("cross-node delivery both ways", lambda: asyncio.run(cross_node(a, b)))
         f.step("a backend publishing straight into Redis", lambda: asyncio.run(straight_into_redis(rs, a, b)))
         f.step("subbed means active in Redis", lambda: asyncio.run(subbed_means_active(rs, a)))
+        f.step("a library an older node loaded, without the batch", lambda: asyncio.run(older_library(rs, a)))
         f.step("2,000 mailboxes: batched subscribes, a batch publish", lambda: asyncio.run(many_mailboxes(rs, a, b)))
         f.step("resume on the other node: no gap, no duplicate", lambda: asyncio.run(resume_on_other_node(a, b)))
         f.step("a node cut off from Redis catches up its subscribers", lambda: asyncio.run(catch_up_after_cut(rs, a, b)))
