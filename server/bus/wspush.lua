@@ -84,57 +84,63 @@ local function wait_past(t)
   end
 end
 
--- One publish of a call that read the configuration `c` ({maxlen, ttl, max_bytes}), the epoch
--- `e` and the TIME `t` once for all of its publishes. Returns its id (or an error reply) and
--- whether it created the stream.
-local function publish_one(topic, data, c, e, t)
-  if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic'), false end
+-- What a call reads once for all of its publishes: the configuration, the epoch, the TIME `t`,
+-- and the arguments every publish passes as strings (a number given to redis.call is formatted
+-- each time it is passed).
+local function context()
+  local maxlen, ttl, max_bytes = config()
+  local t = redis.call('TIME')
+  return {maxlen = tostring(maxlen), ttl = ttl, px = tostring(ttl * 2), max_bytes = max_bytes,
+          prefix = epoch() .. ':', t = t}
+end
+
+-- One publish; `checked`: its topic and data were checked already (a node's). Returns its id
+-- (or an error reply) and whether it created the stream.
+-- The history is bounded by count here (MAXLEN); by age, wspush_replay returns nothing older
+-- than ttl_ms, and the key goes 2 * ttl_ms after its last publish.
+local function publish_one(topic, data, x, checked)
   -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
-  if type(data) ~= 'string' or #data > c[3] then
-    return redis.error_reply('ERR wspush: data larger than max_event_bytes (' .. c[3] .. ' bytes)'), false
+  if type(topic) ~= 'string' or type(data) ~= 'string' then return redis.error_reply('ERR wspush: bad arguments'), false end
+  if #data > x.max_bytes then
+    return redis.error_reply('ERR wspush: data larger than max_event_bytes (' .. x.max_bytes .. ' bytes)'), false
   end
-  if not pcall(cjson.decode, data) then
-    return redis.error_reply('ERR wspush: data is not one JSON value'), false
+  if not checked then
+    if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic'), false end
+    if not pcall(cjson.decode, data) then return redis.error_reply('ERR wspush: data is not one JSON value'), false end
   end
   local stream = 'wspush:stream:' .. topic
   -- A stream that exists takes the entry (one command); only a new one needs its first id.
-  local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', c[1], '*', 'd', data)
+  local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', x.maxlen, '*', 'd', data)
   local created = not id
-  if created then id = redis.call('XADD', stream, 'MAXLEN', c[1], first_id(t), 'd', data) end
-  if c[2] > 0 then
-    local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('XTRIM', stream, 'MINID', (ms - c[2]) .. '-0')
-    redis.call('PEXPIRE', stream, c[2] * 2)
-  end
-  local full = e .. ':' .. id
+  if created then id = redis.call('XADD', stream, 'MAXLEN', x.maxlen, first_id(x.t), 'd', data) end
+  if x.ttl > 0 then redis.call('PEXPIRE', stream, x.px) end
+  local full = x.prefix .. id
   redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
   return full, created
 end
 
 local function publish(keys, args)
-  local c = {config()}
-  local t = redis.call('TIME')
-  local out, created = publish_one(args[1], args[2], c, epoch(), t)
-  if created then wait_past(t) end
+  local x = context()
+  local out, created = publish_one(args[1], args[2], x, false)
+  if created then wait_past(x.t) end
   return out
 end
 
 -- FCALL wspush_publish_batch 0 <topic> <data> [<topic> <data> ...]
---   -> { <what wspush_publish answers for each pair>, ... }: an id, or an error, in order. The
---   nodes' own: one call carries every publish a node has to send at once, and reads the
---   configuration, the epoch and the time once for all of them.
+--   -> { <an id, or an error>, ... }: one per pair, in order. The nodes' own: one call carries
+--   every publish a node has to send at once, and reads the configuration, the epoch and the
+--   time once for all of them. It does not check topics or JSON (the node did, and every node
+--   checks what it receives): a backend publishes with wspush_publish.
 local function publish_batch(keys, args)
   if #args == 0 or #args % 2 ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
-  local c = {config()}
-  local e = epoch()
-  local t = redis.call('TIME')
+  local x = context()
   local out, any = {}, false
   for i = 1, #args, 2 do
-    local r, created = publish_one(args[i], args[i + 1], c, e, t)
+    local r, created = publish_one(args[i], args[i + 1], x, true)
     out[#out + 1] = r
     any = any or created
   end
-  if any then wait_past(t) end
+  if any then wait_past(x.t) end
   return out
 end
 
@@ -175,7 +181,7 @@ local function replay(keys, args)
     if not mark or could_expire then out[1] = 1 end
   else
     -- An id this stream issued and still holds is >= its first entry: trimming (MAXLEN at
-    -- publish, MINID for the age limit, or an operator's XTRIM) removes the oldest entries
+    -- publish, or an operator's XTRIM) removes the oldest entries
     -- only. So a <since> older than the first entry kept is lost: either it was trimmed, and so
     -- were the entries after it up to the first one kept (when <since> is the very last one
     -- removed, lost is said of nothing: rare, and safe), or it was issued by an earlier life of

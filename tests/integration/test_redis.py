@@ -143,15 +143,16 @@ async def straight_into_redis(rs: RedisServer, a: ServerProcess, b: ServerProces
         check(e.get("id") == eid and e.get("data") == [1, 2, 3], f"after the junk, on B: {e}")
         check(metric(a, "wspush_bus_malformed_total") - before == 4,
               f"malformed went {before} -> {metric(a, 'wspush_bus_malformed_total')}")
-        # The nodes' batch: each pair answered as wspush_publish answers it, in order; the good
-        # ones reach every subscriber in that order, a new topic's stream included.
+        # The nodes' batch: each pair answered in order (an id, or an error: it bounds the size,
+        # the node checked topic and JSON); the others reach every subscriber in that order, a
+        # new topic's stream included.
         await subscribe(wa, ["backend:new"])
-        got = r.fcall("wspush_publish_batch", 0, "backend:1", '"b1"', "bad topic", "1", "backend:1", "{not json",
-                      "backend:new", '"n1"', "backend:1", '"b2"')
-        check(len(got) == 5, f"the batch was answered {got}")
-        check(isinstance(got[1], redis.ResponseError) and "topic" in str(got[1]), f"a bad topic answered {got[1]!r}")
-        check(isinstance(got[2], redis.ResponseError) and "JSON" in str(got[2]), f"bad JSON answered {got[2]!r}")
-        ids = [got[0], got[3], got[4]]
+        big = json.dumps("x" * (1 << 20))
+        got = r.fcall("wspush_publish_batch", 0, "backend:1", '"b1"', "backend:1", big, "backend:new", '"n1"',
+                      "backend:1", '"b2"')
+        check(len(got) == 4, f"the batch was answered {got}")
+        check(isinstance(got[1], redis.ResponseError) and "max_event_bytes" in str(got[1]), f"data over the bound answered {got[1]!r}")
+        ids = [got[0], got[2], got[3]]
         check(all(isinstance(i, str) and ":" in i for i in ids), f"the good ones answered {ids}")
         want = [("backend:1", ids[0], "b1"), ("backend:new", ids[1], "n1"), ("backend:1", ids[2], "b2")]
         heard = [await recv_json(wa) for _ in range(3)]
