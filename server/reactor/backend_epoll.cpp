@@ -2,6 +2,7 @@
 // Level-triggered: one recv per readiness event keeps a chatty connection from starving the
 // rest; the kernel reports it again on the next wait if more is buffered.
 
+#include <atomic>
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
@@ -114,6 +115,9 @@ class epoll_backend final : public io_backend {
   }
 
   void wake() noexcept override {
+    // One write until the loop has taken it: the wakers between two loop turns (a burst of
+    // publishes, shards' replies) cost one system call, not one each.
+    if (_wake_pending.exchange(true)) return;
     std::uint64_t one = 1;
     [[maybe_unused]] auto r = ::write(_wakefd, &one, sizeof one);
   }
@@ -137,6 +141,11 @@ class epoll_backend final : public io_backend {
     if (tag == tag_wake) {
       std::uint64_t v;
       [[maybe_unused]] auto r = ::read(_wakefd, &v, sizeof v);
+      // Cleared after the read, which may have taken a later waker's write too (a waker that
+      // set the flag before it is cleared wrote nothing, and its work is seen below), and
+      // before the loop looks at its queues: whoever queues after this wakes it again. An
+      // exchange, so that what such a waker queued is visible here.
+      _wake_pending.exchange(false);
       h.on_wake();
     } else if (tag == tag_listener) {
       accept_some(h, int(low));
@@ -167,6 +176,7 @@ class epoll_backend final : public io_backend {
 
   int _epfd = -1;
   int _wakefd = -1;
+  std::atomic<bool> _wake_pending{false};  // a wake-up is written and not taken yet
   std::vector<listener_state> _listeners;
   std::vector<conn_token> _owner;  // fd -> token of its current registration
   std::vector<std::uint8_t> _watched;  // fd -> registered through watch()

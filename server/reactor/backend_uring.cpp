@@ -7,6 +7,7 @@
 //     io_uring_enter for many sockets. The msghdr and iovec arrays live in a per-iteration
 //     arena: with IORING_FEAT_SUBMIT_STABLE the kernel has copied them once submitted.
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,9 @@ class uring_backend final : public io_backend {
   void close(int fd, conn_token t) noexcept override;
   void poll(io_handler& h, int timeout_ms) noexcept override;
   void wake() noexcept override {
+    // One write until the loop has taken it: the wakers between two loop turns (a burst of
+    // publishes, shards' replies) cost one system call, not one each.
+    if (_wake_pending.exchange(true)) return;
     std::uint64_t one = 1;
     [[maybe_unused]] auto r = ::write(_wakefd, &one, sizeof one);
   }
@@ -75,6 +79,7 @@ class uring_backend final : public io_backend {
   bool _ring_ok = false;
   int _wakefd = -1;
   std::uint64_t _wake_value = 0;
+  std::atomic<bool> _wake_pending{false};  // a wake-up is written and not taken yet
   io_uring_buf_ring* _br = nullptr;
   std::size_t _br_bytes = 0;
   std::uint8_t* _bufs = nullptr;
@@ -326,6 +331,10 @@ void uring_backend::handle(io_handler& h, const io_uring_cqe& cqe) noexcept {
     case tag_send: h.on_send_done(low, cqe.res); break;
     case tag_accept: on_accept_cqe(h, int(low), cqe); break;
     case tag_wake:
+      // The read has taken every write so far: cleared before the loop looks at its queues, so
+      // that whoever queues after this wakes it again. An exchange, so that what a waker that
+      // found the flag set (and wrote nothing) queued is visible here.
+      _wake_pending.exchange(false);
       arm_wake();
       h.on_wake();
       break;
