@@ -65,6 +65,9 @@ class publish_sink {
   /// After the last publish of a request (one for /publish, once per /publish/batch): the
   /// moment to wake the shards once for everything just posted.
   virtual void end_batch() noexcept {}
+  /// After the admin thread handled what one wake-up brought (every request of every connection
+  /// that was readable): the moment to hand on at once what was posted without waking anyone.
+  virtual void end_turn() noexcept {}
   /// Before any publish, from the thread that starts the admin server (and again with an
   /// empty function once it stopped): how to tell the admin thread about settled tickets.
   virtual void set_notify(publish_notify notify) noexcept {}

@@ -121,6 +121,7 @@ class admin_server::loop final : public io_handler {
   loop(const admin_options& o, publish_sink& sink, metrics_registry* metrics, const std::atomic<bool>& draining,
        std::unique_ptr<io_backend> io, int listen_fd, std::shared_ptr<settled_queue> settled)
       : _opt(o),
+        _sink(sink),
         _api(admin_api_options{o.api_key, o.max_waiting_publishes}, sink, metrics, draining),
         _io(std::move(io)),
         _settled(std::move(settled)),
@@ -153,6 +154,7 @@ class admin_server::loop final : public io_handler {
   void run() noexcept {
     while (!_stop.load(std::memory_order_acquire)) {
       _io->poll(*this, poll_timeout(now_ms()));
+      _sink.end_turn();
       expire(now_ms());
       heap_collect();  // the admin API's publishes are this thread's memory (server/base/heap.hpp)
     }
@@ -206,6 +208,7 @@ class admin_server::loop final : public io_handler {
   int poll_timeout(std::int64_t now) const noexcept;
 
   const admin_options& _opt;
+  publish_sink& _sink;
   admin_api _api;
   std::unique_ptr<io_backend> _io;
   std::shared_ptr<settled_queue> _settled;

@@ -31,19 +31,21 @@ class hub_sink final : public publish_sink {
 
 /// Publishes through the Redis bus without waiting: each publish is handed to the bus thread
 /// and answered `pending`; the bus tells the admin loop (set_notify) when Redis has answered,
-/// and collect() then takes the outcome. A batch thus goes to Redis back to back.
+/// and collect() then takes the outcome. The bus thread is woken once per admin loop turn
+/// (end_turn), so that the publishes of every pipelined request go to Redis together.
 class bus_sink final : public publish_sink {
  public:
   explicit bus_sink(bus::redis_bus& b) : _bus(b) {}
   publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
     if (!_bus.up()) return {publish_outcome::unavailable, "the bus is down"};
     try {
-      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, true)};
+      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, true, false)};
     } catch (const std::exception&) {
     }
     return {publish_outcome::unavailable, "the bus is down"};
   }
   void set_notify(publish_notify notify) noexcept override { _bus.set_publish_notify(std::move(notify)); }
+  void end_turn() noexcept override { _bus.wake_for_posts(); }
   publish_outcome collect(std::uint64_t ticket) noexcept override {
     try {
       switch (_bus.publish_collect(ticket, _id, std::chrono::milliseconds{0})) {

@@ -149,7 +149,7 @@ struct redis_bus::batched_pub {
 };
 
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, other };
+  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, node_bytes, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
@@ -280,7 +280,7 @@ std::uint64_t redis_bus::on_drain_begin() noexcept {
 /// Queues a request for the bus thread and wakes it; false, and nothing queued, when there was
 /// no memory for it. `topic` and `data` are copied into the request here, so that a poster
 /// builds nothing that can throw.
-bool redis_bus::post(request&& r, std::string_view topic, std::string_view data) noexcept {
+bool redis_bus::post(request&& r, std::string_view topic, std::string_view data, bool wake) noexcept {
   try {
     r.topic.assign(topic);
     r.data.assign(data);
@@ -289,8 +289,13 @@ bool redis_bus::post(request&& r, std::string_view topic, std::string_view data)
   } catch (...) {
     return false;
   }
-  _loop.wake();
+  if (wake) _loop.wake();
+  else _unwoken.store(true, std::memory_order_release);
   return true;
+}
+
+void redis_bus::wake_for_posts() noexcept {
+  if (_unwoken.exchange(false, std::memory_order_acq_rel)) _loop.wake();
 }
 
 bool redis_bus::subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept {
@@ -355,7 +360,7 @@ void redis_bus::notify_settled(std::uint64_t ticket) noexcept {
   if (_notify) _notify(ticket);
 }
 
-std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, bool notify) {
+std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, bool notify, bool wake) {
   auto w = std::make_shared<waiter>();
   std::uint64_t ticket;
   {
@@ -369,7 +374,7 @@ std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view 
     w->finish(bus_publish::unavailable, "the bus is down");
     return ticket;
   }
-  if (!post(request{request::admin_pub, 0, 0, {}, {}, {}, std::move(w)}, topic, data))
+  if (!post(request{request::admin_pub, 0, 0, {}, {}, {}, std::move(w)}, topic, data, wake))
     throw std::bad_alloc();  // no memory for it: the caller answers unavailable (bus_sink)
   return ticket;
 }
@@ -1184,6 +1189,19 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         if (r != nullptr) log_ratelimited(log_level::warn, "bus: wspush_mark: %.*s", int(str(r).size()), str(r).data());
       }
       return;
+    case op::node_bytes: {
+      // {name, value}; refused (an ACL user without CONFIG, a renamed command): nothing said.
+      if (error || r->type != resp::reply_type::array || r->elements != 2) return;
+      std::uint64_t bytes = 0;
+      const std::string_view v = str(r->element[1]);
+      if (std::from_chars(v.data(), v.data() + v.size(), bytes).ec != std::errc{} || bytes <= 1024) return;
+      _told_node_bytes = true;
+      log(log_level::warn, "bus: Redis keeps each topic's history in blocks of %llu bytes (stream-node-max-bytes): "
+          "a topic with a few small events costs about %llu bytes of Redis memory, a million such topics %.1f GB; "
+          "512 keeps such a topic under 1 KB and its first publish cheaper (docs/REDIS.md)",
+          static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(bytes + 300), double(bytes + 300) / 1e3);
+      return;
+    }
     case op::marker:
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
@@ -1494,6 +1512,7 @@ void redis_bus::setup_command_link() noexcept {
   const std::string max_bytes = std::to_string(_o.max_event_bytes);
   command({"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
   command({"FCALL", "wspush_epoch", "0"}, new op{op::epoch});
+  if (!_told_node_bytes) command({"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
 }
 
 /// AUTH, then this node's channel and every topic a shard holds, in batches.

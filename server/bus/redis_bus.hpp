@@ -148,7 +148,10 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   /// back). Returns a ticket. With `notify`, the publish notify is told the ticket once it is
   /// settled, so that a caller need not wait: it collects with a zero timeout then. It is not
   /// told of a publish withdrawn by a collect that gave up before it was sent.
-  std::uint64_t publish_queue(std::string_view topic, std::string_view data, bool notify = false);
+  /// Without `wake`, the bus thread is not woken for it: wake_for_posts() does, once for all.
+  std::uint64_t publish_queue(std::string_view topic, std::string_view data, bool notify = false, bool wake = true);
+  /// Wakes the bus thread if publish_queue(..., false) queued anything since it last did.
+  void wake_for_posts() noexcept;
   /// The answer to a queued publish, waiting at most `timeout` (0: not at all); the ticket is
   /// spent either way. Past the wait: unknown when it was handed to Redis, else unavailable
   /// (withdrawn: it is never sent).
@@ -193,7 +196,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void on_push(redis_link&, const resp::reply& r) noexcept override { on_sub_message(&r); }
   void watch_stall() noexcept;
 
-  bool post(request&& r, std::string_view topic = {}, std::string_view data = {}) noexcept;
+  bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true) noexcept;
+  std::atomic<bool> _unwoken{false};  // publish_queue posted without waking the loop
+  bool _told_node_bytes = false;       // the stream-node-max-bytes advice is logged once
   void take_requests() noexcept;
   void handle(request& r) noexcept;
   void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;
