@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""Redis's CPU per publish, as the nodes publish: N subscribed topics, publishes in pipelined
+batches (FCALL wspush_publish_batch, as a node sends what it has queued; or FCALL wspush_publish
+one by one, as a backend does), a subscriber that reads everything (as a node's subscriber link).
+
+Starts its own redis-server (pinned with taskset to --redis-cpu), loads server/bus/wspush.lua, and
+measures Redis's own CPU (INFO cpu, user + sys) over each round of one publish per topic: the
+first round creates every topic's stream, the next ones add to them.
+
+  loadgen/scenarios/redis_publish_cpu.py                          # 19,000 topics, batches of 16
+  loadgen/scenarios/redis_publish_cpu.py --topics 1000000 --batch 64
+  loadgen/scenarios/redis_publish_cpu.py --function wspush_publish   # one by one
+  loadgen/scenarios/redis_publish_cpu.py --node-bytes 512           # stream-node-max-bytes
+"""
+
+import argparse
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import redis
+
+LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "server", "bus", "wspush.lua")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--topics", type=int, default=19000)
+    p.add_argument("--batch", type=int, default=16, help="publishes per wspush_publish_batch call")
+    p.add_argument("--function", default="wspush_publish_batch", choices=["wspush_publish_batch", "wspush_publish"])
+    p.add_argument("--rounds", type=int, default=3, help="one publish per topic each (the first creates the streams)")
+    p.add_argument("--node-bytes", type=int, default=4096, help="Redis's stream-node-max-bytes")
+    p.add_argument("--port", type=int, default=16453)
+    p.add_argument("--redis-cpu", default="1")
+    p.add_argument("--lua", default=LUA, help="the function library to load (another version's, to compare)")
+    p.add_argument("--data", default='{"subject":"New mail","from":"alice@example.com","n":12345}')
+    a = p.parse_args()
+
+    rs = subprocess.Popen(["taskset", "-c", a.redis_cpu, "redis-server", "--port", str(a.port), "--save", "",
+                           "--appendonly", "no", "--stream-node-max-bytes", str(a.node_bytes)],
+                          stdout=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=a.port)
+        for _ in range(200):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        r.function_load(open(a.lua).read(), replace=True)
+        r.hset("wspush:config", mapping={"maxlen": 100, "ttl_ms": 300000, "max_event_bytes": 1 << 20})
+        # The subscriber: every topic's channel, read as fast as Redis writes (a raw socket).
+        sub = socket.create_connection(("127.0.0.1", a.port))
+        stop = threading.Event()
+        received = [0]
+
+        def drain() -> None:
+            while not stop.is_set():
+                if select.select([sub], [], [], 0.2)[0]:
+                    received[0] += len(sub.recv(1 << 20))
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        for k in range(0, a.topics, 1000):
+            names = " ".join(f"wspush:topic:box:{i}" for i in range(k, min(a.topics, k + 1000)))
+            sub.sendall(f"SUBSCRIBE {names}\r\n".encode())
+        while r.execute_command("PUBSUB", "NUMSUB", f"wspush:topic:box:{a.topics - 1}")[1] == 0:
+            time.sleep(0.1)
+
+        def cpu() -> float:
+            i = r.info("cpu")
+            return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
+
+        for rnd in range(a.rounds):
+            c0 = cpu()
+            for start in range(0, a.topics, 20000):  # pipelines of bounded size
+                pipe = r.pipeline(transaction=False)
+                end = min(a.topics, start + 20000)
+                if a.function == "wspush_publish":
+                    for i in range(start, end):
+                        pipe.fcall("wspush_publish", 0, f"box:{i}", a.data)
+                else:
+                    for i in range(start, end, a.batch):
+                        args = []
+                        for k in range(i, min(end, i + a.batch)):
+                            args += [f"box:{k}", a.data]
+                        pipe.fcall("wspush_publish_batch", 0, *args)
+                pipe.execute()
+            used = cpu() - c0
+            what = "new streams" if rnd == 0 else "existing streams"
+            print(f"{a.topics} topics, {a.function}{'' if a.function == 'wspush_publish' else f' x {a.batch}'}, "
+                  f"stream-node-max-bytes {a.node_bytes}, round {rnd + 1} ({what}): "
+                  f"{used / a.topics * 1e6:.2f} us of Redis CPU per publish", flush=True)
+        print(f"Redis used_memory {r.info('memory')['used_memory'] / (1 << 20):.1f} MB", flush=True)
+        stop.set()
+        t.join()
+    finally:
+        rs.kill()
+        rs.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
