@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 
 #include "proto/http_request.hpp"
@@ -48,8 +49,9 @@ struct publish_outcome {
   std::uint64_t ticket = 0;
 };
 
-/// Told, from any thread, the ticket of a pending publish once its outcome is known.
-using publish_notify = std::function<void(std::uint64_t ticket)>;
+/// Told, from any thread, the tickets of pending publishes once their outcomes are known (those
+/// that settled together at once, so that the admin thread is woken once for them).
+using publish_notify = std::function<void(std::span<const std::uint64_t> tickets)>;
 
 /// Where the admin API's publishes go: the hub (answers at once) or the Redis bus (answers
 /// later, never making the admin thread wait).

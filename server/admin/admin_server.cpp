@@ -102,15 +102,16 @@ struct settled_queue {
   std::vector<std::uint64_t> tickets;
   io_backend* io = nullptr;
 
-  void push(std::uint64_t ticket) noexcept {
+  void push(std::span<const std::uint64_t> settled) noexcept {
     std::lock_guard lock(m);
-    if (!io) return;
+    if (!io || settled.empty()) return;
+    const bool was_empty = tickets.empty();
     try {
-      tickets.push_back(ticket);
+      tickets.insert(tickets.end(), settled.begin(), settled.end());
     } catch (...) {
-      return;  // its request is answered at its deadline instead
+      return;  // their requests are answered at their deadlines instead
     }
-    if (tickets.size() == 1) io->wake();  // else a wake-up is on its way: the loop takes them all
+    if (was_empty) io->wake();  // else a wake-up is on its way: the loop takes them all
   }
 };
 
@@ -582,7 +583,7 @@ void admin_server::start() {
     _loop.reset();
     throw std::runtime_error("admin listener: cannot watch the listening socket");
   }
-  _sink.set_notify([settled](std::uint64_t ticket) { settled->push(ticket); });
+  _sink.set_notify([settled](std::span<const std::uint64_t> tickets) { settled->push(tickets); });
   _thread = std::thread([l = _loop.get()] { l->run(); });
 }
 

@@ -105,7 +105,7 @@ struct redis_bus_counters {
 enum class bus_publish : std::uint8_t { ok, unavailable, refused, unknown };
 
 /// Told the ticket of a queued admin publish once it is settled (redis_bus::publish_queue).
-using publish_notify = std::function<void(std::uint64_t ticket)>;
+using publish_notify = std::function<void(std::span<const std::uint64_t> tickets)>;
 
 class redis_bus final : public pubsub::bus_port, private loop_handler, private redis_link::listener {
  public:
@@ -172,7 +172,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   struct topic_state;
   struct pending;
 
-  void notify_settled(std::uint64_t ticket) noexcept;  // a waiter's: tells _notify
+  void notify_settled(std::uint64_t ticket) noexcept;  // a waiter's: tells _notify (batched on the bus thread)
+  void flush_settled() noexcept;
 
   // loop_handler (the bus's loop has no connections)
   void on_accept(int) noexcept override {}
@@ -305,6 +306,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::uint64_t _next_ticket = 1;
   std::mutex _notify_m;  // set_publish_notify on the admin's starting thread, calls on the bus thread
   publish_notify _notify;
+  std::vector<std::uint64_t> _settled;  // bus thread: tickets settled this turn, told at its end
+  std::atomic<std::thread::id> _bus_thread{};  // whose notify_settled calls are batched
   simdjson::dom::parser _json;
   std::string _scratch;
   redis_bus_counters _n;

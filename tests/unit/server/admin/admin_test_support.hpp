@@ -104,7 +104,7 @@ struct deferred_sink : server::publish_sink {
         if (!e.settled) e.settled = true, e.kind = kind, done.push_back(e.ticket);
       n = notify;
     }
-    for (std::uint64_t t : done) n(t);
+    n(done);
   }
   /// Settles one pending publish (tickets count from 1 in the order the sink saw them).
   void settle(std::uint64_t ticket, server::publish_outcome::kind_t kind = server::publish_outcome::ok) {
@@ -116,7 +116,7 @@ struct deferred_sink : server::publish_sink {
       e.kind = kind;
       n = notify;
     }
-    n(ticket);
+    n(std::span<const std::uint64_t>(&ticket, 1));
   }
   std::size_t published_count() {
     std::lock_guard lock(mu);
