@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Mailbox events on the embedded bus and on the Redis bus, side by side.
+
+For each wspush binary given (two builds to compare, or one), and for each round, it runs the
+loadgen `mailboxes` scenario against a fresh node on the embedded bus, then on the Redis bus
+(a fresh redis-server), alternating, and prints per run: the node's CPU per event (the load
+generator's figure over its publish phase), latency p50/p99, what was delivered, lost and
+doubled; on the Redis bus also Redis's CPU per publish over the whole run and over the
+publish window (INFO cpu), the FCALLs it ran, and the context switches of each node thread in
+the publish window (/proc). The node is pinned to --node-cpu with --threads 1; the load
+generator and Redis share --client-cpu.
+
+  loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush
+  loadgen/scenarios/bus_vs_embedded.py --wspush /path/to/before/wspush --wspush build/server/wspush --rounds 2
+  loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --events-per-mailbox 1 --node-bytes 512
+
+Only processes started here are stopped (by PID).
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import redis
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from wsp_ports import release_port, reserve_port  # noqa: E402
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def metric(port: int, name: str) -> float:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return -1
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0
+
+
+def threads(pid: int) -> "dict[str, tuple[int, int]]":
+    """Per thread of `pid`: voluntary and involuntary context switches so far."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            status = open(f"/proc/{pid}/task/{tid}/status").read()
+            comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+        except OSError:
+            continue
+        v = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        nv = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+        out[f"{tid} ({comm})"] = (v, nv)
+    return out
+
+
+def redis_cpu(r: redis.Redis) -> float:
+    i = r.info("cpu")
+    return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
+
+
+def run(a, binary: str, bus: bool) -> None:
+    rs = r = None
+    extra = []
+    rport = reserve_port()
+    try:
+        if bus:
+            rs = subprocess.Popen(["taskset", "-c", a.client_cpu, "redis-server", "--port", str(rport), "--save", "",
+                                   "--appendonly", "no", "--stream-node-max-bytes", str(a.node_bytes)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            r = redis.Redis(port=rport)
+            for _ in range(200):
+                try:
+                    r.ping()
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            extra = ["--bus", f"redis://127.0.0.1:{rport}"]
+        port, aport = free_port(), free_port()
+        srv = subprocess.Popen(["taskset", "-c", a.node_cpu, binary, "--listen", f"127.0.0.1:{port}",
+                                "--admin-listen", f"127.0.0.1:{aport}", "--auth=none", "--threads", "1",
+                                "--history-size", "100"] + extra, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while metric(aport, "wspush_connections") < 0 or (bus and metric(aport, "wspush_bus_up") != 1):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the node did not come up")
+                time.sleep(0.05)
+            events = a.mailboxes * a.events_per_mailbox
+            c0 = redis_cpu(r) if r else 0.0
+            lg = subprocess.Popen(["taskset", "-c", a.client_cpu, a.loadgen, "mailboxes", "--url", f"ws://127.0.0.1:{port}/ws",
+                                   "--admin", f"http://127.0.0.1:{aport}", "--connections", str(a.mailboxes),
+                                   "--messages", str(events), "--procs", "2", "--server-pid", str(srv.pid), "--json",
+                                   "--quiet", "--connect-timeout", "120", "--timeout", "300"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # The publish window: from the first delivery to the last, sampled every 10 ms.
+            first = last = None
+            while lg.poll() is None:
+                d = metric(aport, "wspush_fanout_deliveries_total")
+                if first is None and d > 0:
+                    first = (redis_cpu(r) if r else 0.0, threads(srv.pid))
+                if first is not None and d >= events:
+                    last = (redis_cpu(r) if r else 0.0, threads(srv.pid))
+                    break
+                time.sleep(0.01)
+            stdout, stderr = lg.communicate()
+            c1 = redis_cpu(r) if r else 0.0
+            calls = r.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0) if r else 0
+        finally:
+            srv.send_signal(signal.SIGTERM)
+            srv.wait(timeout=60)
+        try:
+            j = json.loads(stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            print(f"{binary}: the load generator gave no result: {stderr[-300:]}", flush=True)
+            return
+        line = (f"{binary} {'redis' if bus else 'embedded'}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
+                f"p50 {j['latency_us']['p50'] / 1000:.2f} ms, p99 {j['latency_us']['p99'] / 1000:.2f} ms, "
+                f"delivered {j['counters']['deliveries']}, lost {j['loss']}, doubled {j['counters']['duplicates']}")
+        if bus:
+            line += f"; Redis {1e6 * (c1 - c0) / events:.1f} us/publish over the run"
+            if first and last:
+                line += f", {1e6 * (last[0] - first[0]) / events:.1f} in the publish window"
+            line += f", {calls} FCALLs"
+        print(line, flush=True)
+        if first and last:
+            for t, (v, nv) in sorted(last[1].items()):
+                if t in first[1] and (v - first[1][t][0] or nv - first[1][t][1]):
+                    print(f"    thread {t}: {v - first[1][t][0]} voluntary, {nv - first[1][t][1]} involuntary context "
+                          "switches in the publish window", flush=True)
+    finally:
+        if rs:
+            rs.kill()
+            rs.wait()
+        release_port(rport)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--wspush", action="append", required=True, help="a wspush binary (give two to compare builds)")
+    p.add_argument("--loadgen", default=os.path.join(REPO, "build", "loadgen", "wspush-loadgen"))
+    p.add_argument("--mailboxes", type=int, default=19000)
+    p.add_argument("--events-per-mailbox", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--node-bytes", type=int, default=4096, help="Redis's stream-node-max-bytes")
+    p.add_argument("--node-cpu", default="0")
+    p.add_argument("--client-cpu", default="1")
+    a = p.parse_args()
+    for _ in range(a.rounds):
+        for binary in a.wspush:
+            run(a, binary, False)
+            run(a, binary, True)
+
+
+if __name__ == "__main__":
+    main()
