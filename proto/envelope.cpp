@@ -383,10 +383,12 @@ std::size_t encode_authed(std::int64_t exp, std::span<const std::string_view> un
   return w.size();
 }
 
-std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out) noexcept {
+std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out,
+                         std::string_view of) noexcept {
   json_writer w(out);
   w.raw("{\"op\":\"error\",\"code\":").string(client_error_name(code));
   if (!topic.empty()) w.raw(",\"topic\":").string(topic);
+  if (!of.empty()) w.raw(",\"of\":").string(of);
   w.raw("}");
   return w.size();
 }

@@ -50,8 +50,9 @@ enum class client_error : std::uint8_t {
   too_big,          // over the parser's max_message_bytes
   forbidden,        // the token does not grant the topic
   too_many_subscriptions,  // over the connection's limit
-  unavailable,      // the server cannot take it now (bus down, draining)
+  unavailable,      // the server cannot take it now (bus down, draining); a `pub`: it was not published
   unauthorized,     // an `auth` token that is malformed, forged, expired or not yet valid
+  timeout,          // a `pub` sent to Redis when the link broke, unanswered: it may have been published
 };
 
 constexpr std::string_view client_error_name(client_error e) noexcept {
@@ -66,6 +67,7 @@ constexpr std::string_view client_error_name(client_error e) noexcept {
     case client_error::too_many_subscriptions: return "too_many_subscriptions";
     case client_error::unavailable: return "unavailable";
     case client_error::unauthorized: return "unauthorized";
+    case client_error::timeout: return "timeout";
   }
   return "unknown";
 }
@@ -153,8 +155,11 @@ std::size_t encode_subbed(std::span<const std::string_view> topics, std::span<co
                           std::span<char> out) noexcept;
 /// `{"op":"unsubbed","topics":[...]}`.
 std::size_t encode_unsubbed(std::span<const std::string_view> topics, std::span<char> out) noexcept;
-/// `{"op":"error","code":"forbidden","topic":"..."}`; without `topic` when it is empty.
-std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out) noexcept;
+/// `{"op":"error","code":"forbidden","topic":"..."}`; without `topic` when it is empty. `of`:
+/// the op the error answers, `"of":"pub"` when set (a `pub` is answered only when it fails, so
+/// a client that pairs answers with its requests in order must tell those apart).
+std::size_t encode_error(client_error code, std::string_view topic, std::span<char> out,
+                         std::string_view of = {}) noexcept;
 /// `{"op":"authed","exp":1735689600,"unsubbed":[...]}`: a refreshed token's expiry and the
 /// subscriptions its grants no longer allow (removed).
 std::size_t encode_authed(std::int64_t exp, std::span<const std::string_view> unsubbed, std::span<char> out) noexcept;

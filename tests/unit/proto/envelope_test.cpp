@@ -317,6 +317,10 @@ TEST_CASE("envelope: encode_subbed, encode_unsubbed, encode_error, encode_publis
   const auto bad = check_sizes([&](std::span<char> b) { return encode_error(client_error::bad_json, {}, b); });
   CHECK(bad == R"({"op":"error","code":"bad_json"})");
   CHECK(reparse(p, bad)["topic"].error() == simdjson::NO_SUCH_FIELD);
+  CHECK(reparse(p, bad)["of"].error() == simdjson::NO_SUCH_FIELD);
+  const auto pub = check_sizes([&](std::span<char> b) { return encode_error(client_error::timeout, "a", b, "pub"); });
+  CHECK(pub == R"({"op":"error","code":"timeout","topic":"a","of":"pub"})");
+  CHECK(str(reparse(p, pub), "of") == "pub");
 
   const auto published = check_sizes([&](std::span<char> b) { return encode_published("18", b); });
   CHECK(published == R"({"id":"18"})");
@@ -358,6 +362,8 @@ TEST_CASE("envelope: error names", "[envelope]") {
   CHECK(client_error_name(client_error::too_many_topics) == "too_many_topics");
   CHECK(client_error_name(client_error::unknown_op) == "unknown_op");
   CHECK(client_error_name(client_error::unauthorized) == "unauthorized");
+  CHECK(client_error_name(client_error::unavailable) == "unavailable");
+  CHECK(client_error_name(client_error::timeout) == "timeout");  // the admin API's word for it (504)
 }
 
 TEST_CASE("no allocation: envelope parse and encoders once warm", "[alloc][envelope]") {
@@ -384,6 +390,7 @@ TEST_CASE("no allocation: envelope parse and encoders once warm", "[alloc][envel
   const std::size_t n1 = encode_event("mailbox:42", "k3f9:18", R"({"subject":"hi"})", out);
   const std::size_t n2 = encode_subbed(topics, topics, out);
   const std::size_t n3 = encode_error(client_error::forbidden, "mailbox:42", out);
+  const std::size_t n4 = encode_error(client_error::timeout, "mailbox:42", out, "pub");
   const std::size_t during = wspush::test::allocation_count() - before;
 
   CHECK(r1 == client_error::none);
@@ -391,6 +398,6 @@ TEST_CASE("no allocation: envelope parse and encoders once warm", "[alloc][envel
   CHECK(r3 == client_error::bad_json);
   CHECK(r4 == client_error::none);
   CHECK(r5 == client_error::none);
-  CHECK((n1 > 0 && n2 > 0 && n3 > 0));
+  CHECK((n1 > 0 && n2 > 0 && n3 > 0 && n4 > 0));
   CHECK(during == 0);
 }
