@@ -139,6 +139,7 @@ void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& sha
       {"ok", &pc::client_pubs_ok},
       {"forbidden", &pc::client_pubs_forbidden},
       {"unavailable", &pc::client_pubs_unavailable},
+      {"timeout", &pc::client_pubs_timeout},
   };
   for (const auto& [result, member] : client_pubs)
     m.add_counter_fn("wspush_publishes_total", pubsub_sum(shards, member), {}, {{"source", "client"}, {"result", result}});

@@ -947,11 +947,14 @@ void redis_bus::answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pub
   offer(p.s->shard, std::move(e));
 }
 
-/// A client's pub that Redis refused, or that the outage took: the client hears unavailable.
-void redis_bus::pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic) noexcept {
+/// A client's pub that Redis refused, or that never went (the client hears unavailable), or
+/// one sent that the outage took unanswered (`maybe`: Redis may have run it, the client hears
+/// timeout, as the admin API answers 504).
+void redis_bus::pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic, bool maybe) noexcept {
   auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
   if (!r) return;
   r->kind = pubsub::bus_reply::pub_failed;
+  r->maybe = maybe;
   r->pub_tag = tag;
   r->pub_topic = std::move(topic);
   pubsub::event e;
@@ -1267,7 +1270,9 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
       } catch (...) {
       }
     }
-    pub_failed(b.shard, b.tag, std::move(b.topic));  // refused, down, or no memory: the client hears unavailable
+    // Refused: the client hears unavailable. Unanswered (the link broke with it sent), or taken
+    // with no memory to say so: timeout, it may have been published.
+    pub_failed(b.shard, b.tag, std::move(b.topic), result != bus_publish::refused);
   }
 }
 

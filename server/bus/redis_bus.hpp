@@ -232,7 +232,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept;
   pool::frame_ref lost_frame(std::string_view topic) noexcept;
   void answer_sub(pending& p, std::unique_ptr<pubsub::bus_reply> r, pubsub::bus_reply::kind_t kind) noexcept;
-  void pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic) noexcept;
+  void pub_failed(std::uint32_t shard, std::uint64_t tag, std::string topic, bool maybe = false) noexcept;
   void pub_answered(std::size_t bytes) noexcept;
   void live(std::string_view topic, std::string_view payload) noexcept;
   void marker(std::string_view payload) noexcept;

@@ -45,6 +45,7 @@ struct bus_sub {
 struct bus_reply {
   enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done, replay_more, replay_done } kind = subbed;
   bool more = false;                     ///< subbed: pages follow (replay_more ..., replay_done)
+  bool maybe = false;                    ///< pub_failed: sent, and no answer came: it may have been published
   conn_id conn = 0;
   std::uint64_t request = 0;
   std::vector<std::string> topics;       ///< the sub's topics (its holds stay held: see session)
@@ -52,7 +53,7 @@ struct bus_reply {
   std::vector<std::string> lost;         ///< topics whose history did not reach back to `since`
                                          ///< (replay_done: found so after `subbed`)
   std::vector<pool::frame_ref> frames;   ///< the replay, oldest first, topic after topic
-  std::string pub_topic;                 ///< pub_failed: the topic of the refused pub
+  std::string pub_topic;                 ///< pub_failed: the topic of the pub
   std::uint64_t pub_tag = 0;             ///< pub_failed: the tag the session gave it
   std::vector<std::uint64_t> done_tags;  ///< pubs_done: the tags of pubs Redis took
 };

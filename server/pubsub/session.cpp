@@ -135,12 +135,14 @@ void session::on_message(conn_id c, message& m) noexcept {
   }
 }
 
-void session::client_error(conn_id c, proto::client_error e, std::string_view topic) noexcept {
+void session::client_error(conn_id c, proto::client_error e, std::string_view topic, std::string_view of) noexcept {
   _fanout.counters().client_errors.add();
-  // `unavailable` is the node's state (its bus is away), not the client's fault, and a client
-  // sends such a sub again until Redis is back: it must not close the connection.
-  auto errors = std::uint8_t(_ops->app_bits(c) + (e == proto::client_error::unavailable ? 0 : 1));
-  reply(c, 64 + 6 * topic.size(), [&](std::span<char> out) { return proto::encode_error(e, topic, out); });
+  // `unavailable` and `timeout` are the node's state (its bus is away), not the client's fault,
+  // and a client sends such a sub or pub again until Redis is back: they must not close the
+  // connection.
+  const bool node_state = e == proto::client_error::unavailable || e == proto::client_error::timeout;
+  auto errors = std::uint8_t(_ops->app_bits(c) + (node_state ? 0 : 1));
+  reply(c, 64 + of.size() + 6 * topic.size(), [&](std::span<char> out) { return proto::encode_error(e, topic, out, of); });
   if (errors > max_errors_in_a_row) {
     log_ratelimited(log_level::info, "closing a connection after %u refused messages in a row", unsigned(errors));
     return _ops->close(c, proto::close_code::policy_violation);
@@ -224,7 +226,7 @@ void session::client_pub(conn_id c) noexcept {
   pubsub_counters& n = _fanout.counters();
   if (!proto::grants_match(grants_of(c, true), env.topic)) {
     n.client_pubs_forbidden.add();
-    return client_error(c, proto::client_error::forbidden, env.topic);
+    return client_error(c, proto::client_error::forbidden, env.topic, "pub");
   }
   if (_bus) return bus_pub(c);
   history_id id;
@@ -232,7 +234,7 @@ void session::client_pub(conn_id c) noexcept {
   // each other's full inbox would wait forever).
   if (_hub.publish(env.topic, env.data, id, true) != publish_status::ok) {
     n.client_pubs_unavailable.add();
-    return client_error(c, proto::client_error::unavailable, env.topic);
+    return client_error(c, proto::client_error::unavailable, env.topic, "pub");
   }
   n.client_pubs_ok.add();
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
@@ -399,13 +401,13 @@ void session::bus_pub(conn_id c) noexcept {
     f = &it->second;
   } catch (const std::bad_alloc&) {
     n.client_pubs_unavailable.add();
-    return client_error(c, proto::client_error::unavailable, _env->topic);
+    return client_error(c, proto::client_error::unavailable, _env->topic, "pub");
   }
   const std::uint64_t tag = std::uint64_t(f->number) << 32 | c;
   if (!_bus->publish(_shard, tag, _env->topic, _env->data)) {
     if (f->in_flight == 0) _pubs.erase(c);
     n.client_pubs_unavailable.add();
-    return client_error(c, proto::client_error::unavailable, _env->topic);
+    return client_error(c, proto::client_error::unavailable, _env->topic, "pub");
   }
   n.client_pubs_ok.add();
   if (++f->in_flight >= max_pubs_in_flight && !f->held) {
@@ -415,16 +417,18 @@ void session::bus_pub(conn_id c) noexcept {
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
 }
 
-/// Redis took a client's pub (or it failed: the client hears `unavailable`). A connection held
-/// for its pubs reads again.
-void session::pub_answered(std::uint64_t tag, bool failed, std::string_view topic) noexcept {
+/// Redis took a client's pub (failed: none), or it failed: the client hears `unavailable` (it
+/// was not published) or `timeout` (sent, unanswered: it may have been). A connection held for
+/// its pubs reads again.
+void session::pub_answered(std::uint64_t tag, proto::client_error failed, std::string_view topic) noexcept {
   const auto c = conn_id(tag);
   auto it = _pubs.find(c);
   if (it == _pubs.end() || it->second.number != std::uint32_t(tag >> 32)) return;  // it closed
   if (it->second.in_flight > 0) --it->second.in_flight;
-  if (failed) {
-    _fanout.counters().client_pubs_unavailable.add();
-    if (_ops->is_open(c)) client_error(c, proto::client_error::unavailable, topic);
+  if (failed != proto::client_error::none) {
+    pubsub_counters& n = _fanout.counters();
+    (failed == proto::client_error::timeout ? n.client_pubs_timeout : n.client_pubs_unavailable).add();
+    if (_ops->is_open(c)) client_error(c, failed, topic, "pub");
     it = _pubs.find(c);  // the error may have closed it (out of memory): then it is gone
     if (it == _pubs.end()) return;
   }
@@ -439,9 +443,11 @@ void session::pub_answered(std::uint64_t tag, bool failed, std::string_view topi
 /// The bus answered a sub (or refused a pub). Comes through the event inbox: every event
 /// before it was offered to the shard's subscribers before the connection joins them.
 void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
-  if (r->kind == bus_reply::pub_failed) return pub_answered(r->pub_tag, true, r->pub_topic);
+  if (r->kind == bus_reply::pub_failed)
+    return pub_answered(r->pub_tag, r->maybe ? proto::client_error::timeout : proto::client_error::unavailable,
+                        r->pub_topic);
   if (r->kind == bus_reply::pubs_done) {
-    for (std::uint64_t tag : r->done_tags) pub_answered(tag, false, {});
+    for (std::uint64_t tag : r->done_tags) pub_answered(tag, proto::client_error::none, {});
     return;
   }
   auto it = _waiting_subs.find(r->request);

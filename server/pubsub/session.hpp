@@ -53,7 +53,8 @@ class session final : public application, private bus_reply_handler {
   void client_unsub(conn_id c) noexcept;
   void client_pub(conn_id c) noexcept;
   void client_auth(conn_id c) noexcept;
-  void client_error(conn_id c, proto::client_error e, std::string_view topic) noexcept;
+  /// `of`: the op it answers when the client cannot tell otherwise ("pub": see encode_error).
+  void client_error(conn_id c, proto::client_error e, std::string_view topic, std::string_view of = {}) noexcept;
   template <class Encode>
   bool reply(conn_id c, std::size_t bound, Encode&& encode) noexcept;
   std::uint32_t replay_since(std::span<const std::string_view> topics, std::uint32_t added,
@@ -68,7 +69,7 @@ class session final : public application, private bus_reply_handler {
   void unsubscribe_all(conn_id c) noexcept;
   void wait_for(const std::string& topic);
   void stop_waiting_for(const std::string& topic) noexcept;
-  void pub_answered(std::uint64_t tag, bool failed, std::string_view topic) noexcept;
+  void pub_answered(std::uint64_t tag, proto::client_error failed, std::string_view topic) noexcept;
   struct waiting_sub;
   void pace(std::uint64_t request, waiting_sub& w) noexcept;
   std::uint64_t room(conn_id c) const noexcept;

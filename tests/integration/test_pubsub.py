@@ -105,7 +105,7 @@ async def grants(server: ServerProcess, admin: Admin) -> None:
     check(msg["topic"] == "team:a" and msg["data"] == {"k": "a", "x": [1, 2.5, "é"]}, f"own pub came back as {msg}")
     await ws.send(json.dumps({"op": "pub", "topic": "mailbox:7", "data": 1}))
     reply = await recv_json(ws)
-    check(reply == {"op": "error", "code": "forbidden", "topic": "mailbox:7"}, f"refused pub answered {reply}")
+    check(reply == {"op": "error", "code": "forbidden", "topic": "mailbox:7", "of": "pub"}, f"refused pub answered {reply}")
     await ws.close()
     for name, bad in [("bad signature", token(["mailbox:7"], secret="other")),
                       ("expired", token(["mailbox:7"], exp_in=-10)), ("missing", "")]:

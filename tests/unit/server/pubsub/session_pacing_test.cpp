@@ -99,12 +99,17 @@ class recording_bus final : public bus_port {
     mores.push_back({shard, request, room});
   }
   bool readable_since(std::string_view) const noexcept override { return true; }
-  bool publish(std::uint32_t, std::uint64_t, std::string_view, std::string_view) noexcept override { return false; }
+  bool publish(std::uint32_t, std::uint64_t tag, std::string_view, std::string_view) noexcept override {
+    if (take_pubs) pub_tags.push_back(tag);
+    return take_pubs;
+  }
 
   std::vector<std::unique_ptr<bus_sub>> subs;
   std::vector<std::string> released;
   std::vector<more_call> withdrawn;  // room unused
   std::vector<more_call> mores;
+  bool take_pubs = false;  // false: refused at once (down)
+  std::vector<std::uint64_t> pub_tags;
 };
 
 /// The hub's port of the one shard: the event goes to the fanout at once (live events).
@@ -183,6 +188,18 @@ struct fixture {
     r->topics = {"t"};
     r->new_hold = {1};
     r->frames = std::move(frames);
+    event e;
+    e.reply = std::move(r);
+    f.on_item(std::move(e));
+    f.on_pass_end();
+  }
+  /// The bus fails the pub tagged `tag`: `maybe`, it was sent and no answer came.
+  void pub_failed(std::uint64_t tag, std::string topic, bool maybe) {
+    auto r = std::make_unique<bus_reply>();
+    r->kind = bus_reply::pub_failed;
+    r->pub_tag = tag;
+    r->pub_topic = std::move(topic);
+    r->maybe = maybe;
     event e;
     e.reply = std::move(r);
     f.on_item(std::move(e));
@@ -418,4 +435,34 @@ TEST_CASE("session pacing: a connection that closes mid-replay withdraws its sub
   CHECK(x.conns.closed.count(1) == 0);
   CHECK(x.conns.resumes[1] == 0);
   CHECK(x.bus.released == std::vector<std::string>{"t"});
+}
+
+TEST_CASE("session pacing: a pub lost in flight is answered timeout, one not sent unavailable, both of pub") {
+  fixture x;
+  x.opts.allow_client_publish = true;
+  x.open(1);
+  const pubsub_counters& n = x.f.counters();
+  x.bus.take_pubs = true;
+  x.say(1, R"({"op":"pub","topic":"p","data":1})");
+  x.say(1, R"({"op":"pub","topic":"q","data":2})");
+  REQUIRE(x.bus.pub_tags.size() == 2);
+  CHECK(x.got(1).empty());  // a pub is answered only when it fails
+  x.pub_failed(x.bus.pub_tags[0], "p", true);
+  CHECK(x.got(1) == std::vector<std::string>{R"({"op":"error","code":"timeout","topic":"p","of":"pub"})"});
+  x.pub_failed(x.bus.pub_tags[1], "q", false);
+  CHECK(x.got(1).back() == R"({"op":"error","code":"unavailable","topic":"q","of":"pub"})");
+  x.bus.take_pubs = false;
+  x.say(1, R"({"op":"pub","topic":"r","data":3})");  // refused at once
+  CHECK(x.got(1).back() == R"({"op":"error","code":"unavailable","topic":"r","of":"pub"})");
+  CHECK(n.client_pubs_timeout.get() == 1);
+  CHECK(n.client_pubs_unavailable.get() == 2);
+  // The node's state, not the client's fault: however many in a row, the connection stays.
+  x.bus.take_pubs = true;
+  for (int k = 0; k < 20; ++k) {
+    x.say(1, R"({"op":"pub","topic":"p","data":1})");
+    x.pub_failed(x.bus.pub_tags.back(), "p", true);
+  }
+  CHECK(x.got(1).size() == 23);
+  CHECK(x.conns.closed.count(1) == 0);
+  CHECK(n.client_pubs_timeout.get() == 21);
 }

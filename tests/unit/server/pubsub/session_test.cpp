@@ -164,7 +164,7 @@ TEST_CASE("session: with tokens, grants decide sub and pub, all or nothing, and 
   x.say(1, R"({"op":"sub","topics":["team:a","mailbox:42"]})");
   CHECK(x.f.registry().subscription_count() == 2);
   x.say(1, R"({"op":"pub","topic":"mailbox:42","data":1})");
-  CHECK(x.got(1).back() == R"({"op":"error","code":"forbidden","topic":"mailbox:42"})");
+  CHECK(x.got(1).back() == R"({"op":"error","code":"forbidden","topic":"mailbox:42","of":"pub"})");
   x.say(1, R"({"op":"pub","topic":"team:a","data":{"x":1}})");
   CHECK(x.got(1).back().find(R"("topic":"team:a")") != std::string::npos);  // its own publish came back
   x.s.on_expired(1);
@@ -175,7 +175,7 @@ TEST_CASE("session: without tokens clients publish only when allowed") {
   fixture closed_pub(false);
   closed_pub.open(1);
   closed_pub.say(1, R"({"op":"pub","topic":"t","data":1})");
-  CHECK(closed_pub.got(1).back() == R"({"op":"error","code":"forbidden","topic":"t"})");
+  CHECK(closed_pub.got(1).back() == R"({"op":"error","code":"forbidden","topic":"t","of":"pub"})");
   fixture open_pub(false, session_options{.allow_client_publish = true});
   open_pub.open(1);
   open_pub.say(1, R"({"op":"pub","topic":"t","data":1})");
