@@ -17,6 +17,10 @@ dropped, and the bus reconnects (`wspush_bus_reconnects_total`, a new connection
 
 And a stall: the server stops answering (it still accepts bytes); `wspush_bus_stalled` turns 1 and
 /readyz 503 within about `--redis-timeout` (1 s here), and both come back once it answers again.
+A client's `pub` whose FCALL wspush_publish_batch the server holds unanswered, then drops the
+command connection, is answered `{"op":"error","code":"timeout",...,"of":"pub"}` (it may have been
+published) and counted in `wspush_publishes_total{source="client",result="timeout"}`; one sent
+while the bus is down (its set-up held) is answered `unavailable` (it was not).
 At the end a publish still goes through the bus to the subscriber that stayed.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
@@ -57,6 +61,8 @@ class Conn:
         self.channels: "set[bytes]" = set()
         self.wlock = threading.Lock()
         self.closed = False
+        self.holding = False  # from a held command on, every command waits (answers keep their order)
+        self.held: "list" = []
 
     def send(self, data: bytes) -> bool:
         with self.wlock:
@@ -109,6 +115,12 @@ class Conn:
         try:
             for args in self.commands():
                 self.server.answering.wait()  # a stall: bytes are read, nothing is answered
+                with self.server.cond:
+                    if self.holding or self.server.holds(args):
+                        self.holding = True
+                        self.held.append(args)
+                        self.server.cond.notify_all()
+                        continue
                 if not self.send(self.server.answer(self, args)):
                     break
         except OSError:
@@ -131,6 +143,7 @@ class LyingRedis:
         self.replays: "list[list]" = []      # the arguments of each FCALL wspush_replay
         self.hold_topic_subs = False         # SUBSCRIBE of a topic channel waits for release_subs()
         self.held_subs: "list" = []
+        self.hold_verbs: "set[bytes]" = set()  # FUNCTION, or an FCALL's function: its connection waits (release)
         threading.Thread(target=self.accept_loop, daemon=True).start()
 
     @property
@@ -212,6 +225,23 @@ class LyingRedis:
                 self.replays.append(args)
             return b"*1\r\n:0\r\n"  # nothing missed, nothing lost
         return b"+OK\r\n"
+
+    def holds(self, args) -> bool:
+        verb = args[0].upper()
+        return (verb if verb != b"FCALL" else args[1]) in self.hold_verbs
+
+    def holding(self) -> "list[Conn]":
+        with self.cond:
+            return [c for c in self.conns if c.held and not c.closed]
+
+    def release(self) -> None:
+        """Holds nothing more, and answers what each connection held, in order."""
+        with self.cond:
+            self.hold_verbs = set()
+            for c in self.conns:
+                held, c.held, c.holding = c.held, [], False
+                for args in held:
+                    c.send(self.answer(c, args))
 
     def release_subs(self) -> None:
         with self.cond:
@@ -306,7 +336,8 @@ class Rig:
             print(f"  (the node died: exit {self.node.proc.poll()}; starting another)", flush=True)
             self.node.kill()
         self.node = ServerProcess(self.args.server, io=self.args.io, mode="pubsub", quiet=not self.args.verbose,
-                                  extra=["--bus", self.fake.url, "--threads", "1", "--redis-timeout", "1"]).start()
+                                  extra=["--bus", self.fake.url, "--threads", "1", "--redis-timeout", "1",
+                                         "--allow-client-publish"]).start()
         self.wait_up()
         self.ws = RawWebSocket(self.node.port).open()
         marks = metric(self.node, "wspush_bus_marks_total")
@@ -398,8 +429,46 @@ class Rig:
               f"the catch-up read from {since} (a mark after the outage), not from before the floor {floor}")
         self.client_open("after the catch-up")
 
+    def client_pub(self, topic: str) -> None:
+        self.ws.send_frame(OP_TEXT, b'{"op":"pub","topic":"%s","data":{"n":1}}' % topic.encode())
+
+    def pub_in_flight(self) -> None:
+        """A client's pub sent to Redis and unanswered when the link breaks may have been published:
+        the client hears `timeout` (the admin API's 504), not `unavailable`. One refused while the
+        bus is down did not go: `unavailable`."""
+        self.ensure()
+        s = self.node
+        series = 'wspush_publishes_total{{source="client",result="{}"}}'.format
+        timeouts0, unavailable0 = metric(s, series("timeout")), metric(s, series("unavailable"))
+        self.fake.hold_verbs = {b"wspush_publish_batch"}
+        try:
+            self.client_pub("maybe")
+            wait_until("the pub's FCALL wspush_publish_batch", lambda: self.fake.holding(), s)
+            c = self.fake.holding()[0]
+            check(c.role == "cmd" and c.held[0][3:] == [b"maybe", b'{"n":1}'], f"held {c.held[0]}")
+            # The node's next connection waits in its set-up: the bus stays down for the second pub.
+            self.fake.hold_verbs = {b"FUNCTION"}
+            c.sock.shutdown(socket.SHUT_RDWR)
+            e = json.loads(self.ws.recv_frame().payload)
+            check(e == {"op": "error", "code": "timeout", "topic": "maybe", "of": "pub"}, f"the pub in flight: {e}")
+            check(metric(s, series("timeout")) == timeouts0 + 1 and metric(s, series("unavailable")) == unavailable0,
+                  f"{series('timeout')} {metric(s, series('timeout'))} (was {timeouts0}), "
+                  f"{series('unavailable')} {metric(s, series('unavailable'))} (was {unavailable0})")
+            wait_until("the node's set-up, held", lambda: any(x.role == "" for x in self.fake.holding()), s)
+            check(metric(s, "wspush_bus_up") == 0, "the bus is up while its set-up is held")
+            self.client_pub("down")
+            e = json.loads(self.ws.recv_frame().payload)
+            check(e == {"op": "error", "code": "unavailable", "topic": "down", "of": "pub"}, f"a pub while down: {e}")
+            check(metric(s, series("unavailable")) == unavailable0 + 1 and metric(s, series("timeout")) == timeouts0 + 1,
+                  f"{series('unavailable')} {metric(s, series('unavailable'))} (was {unavailable0})")
+        finally:
+            self.fake.release()
+        self.wait_up()
+        self.client_open("after the pubs")
+
     def still_serves(self) -> None:
         self.ensure()
+        self.wait_up()  # a step that failed may have left the bus reconnecting
         eid = publish_ok(self.node, "lies", {"n": 1})
         f = self.ws.recv_frame()
         e = json.loads(f.payload)
@@ -438,6 +507,8 @@ def main(args) -> None:
         f.step("a $1073741824 bulk and data", lambda: rig.lie("$1073741824", "cmd", big_bulk, dropped.format("bulk")))
         f.step("Redis stalls: stalled, /readyz 503, then back", rig.stall)
         f.step("a mark heard before the topic is subscribed again is no floor for it", rig.mark_before_resubscribe)
+        f.step("a client's pub in flight when the link breaks: timeout; refused while down: unavailable",
+               rig.pub_in_flight)
         f.step("a publish still reaches the subscriber that stayed", rig.still_serves)
         f.done()
     finally:
