@@ -29,6 +29,12 @@
 //   connection), "retrying" (refused `unavailable`, asked again after the delay), "refused"
 //   (another refusal) or null (not subscribed by the page); every change is a "subscription"
 //   event ({topic, state}).
+// - an error that answers a `pub` carries "of":"pub" (the client has no method to publish, but a
+//   pub is answered on the connection only if it fails, and may come after later subs' answers):
+//   it answers no sub, unsub or auth waiting, and is an "error" event ({code, topic, of: "pub"}):
+//   "timeout" (it went to the server's Redis and the link broke before the answer: it may have
+//   been published, and a resend may publish it twice), "unavailable" (it was not published:
+//   safe to send again), or "forbidden".
 
 /* global globalThis */
 
@@ -142,8 +148,8 @@ class WsPush {
     this._send({ op: "unsub", topics: [topic] }, "unsub");
   }
 
-  /// Events: "state" (s), "lost" (topics), "error" ({code, topic}) for refused requests,
-  /// "subscription" ({topic, state}) when topicState(topic) changes.
+  /// Events: "state" (s), "lost" (topics), "error" ({code, topic}) for refused requests ({code,
+  /// topic, of: "pub"} for a pub), "subscription" ({topic, state}) when topicState(topic) changes.
   on(event, callback) {
     if (!this._listeners.has(event)) this._listeners.set(event, new Set());
     this._listeners.get(event).add(callback);
@@ -380,6 +386,9 @@ class WsPush {
         if (m.unsubbed && m.unsubbed.length) this._emit("lost", m.unsubbed);
         return this._scheduleRefresh();
       case "error": {
+        // A pub is answered only when it fails, and may be later than subs sent after it: its
+        // error ("of":"pub") answers none of the requests waiting in _asked.
+        if (m.of === "pub") return this._emit("error", { code: m.code, topic: m.topic, of: m.of });
         const asked = this._asked.shift();
         if (asked === "auth" || m.code === "unauthorized") this._pendingToken = null; // the old token stays in force
         if (Array.isArray(asked)) this._answered(asked, m.code === "unavailable" ? "retrying" : "refused");

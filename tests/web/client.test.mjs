@@ -2,7 +2,7 @@
 // the real server: backoff draws and growing windows, events, resume with `since` (by replay, while
 // the link is held down), lost, a refused token, the in-band refresh, dead-connection detection
 // through the heartbeat, a sub refused `unavailable` while Redis is away sent again until Redis is
-// back, the server's "lost" after Redis came back empty, and the module the server serves being this very source (the classic
+// back, the server's "lost" after Redis came back empty, a pub's error answering no sub, and the module the server serves being this very source (the classic
 // /wspush.js runs in Chromium: browser.test.mjs). Node's test runner (node:test), run as a script:
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/client.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
@@ -422,6 +422,22 @@ test('without a token, a 1008 for what the connection sent is not an auth failur
   assert.deepEqual(seen, ['connecting', 'open', 'reconnecting', 'open']);
   await publish(server, 'mailbox:8', 'again');
   await got.until(1);
+  c.close();
+});
+
+test('an error answering a pub ("of":"pub") answers no sub: the sub sent after the pub is subscribed', async () => {
+  const server = await start(); // without --allow-client-publish: a pub is refused `forbidden`
+  const c = client(`ws://127.0.0.1:${server.port}/ws`);
+  await when(c, 'state', (s) => s === 'open');
+  const errors = [];
+  c.on('error', (e) => errors.push(e));
+  // The page's own pub on the client's connection (the client has no method for it), then a sub:
+  // the server answers them in that order.
+  WebSocket.prototype.send.call(c._ws, JSON.stringify({ op: 'pub', topic: 'mailbox:9', data: 1 }));
+  c.subscribe('mailbox:9', () => {});
+  await subbed(c, 'mailbox:9');
+  assert.deepEqual(errors, [{ code: 'forbidden', topic: 'mailbox:9', of: 'pub' }]);
+  assert.equal(c.topicState('mailbox:9'), 'subscribed');
   c.close();
 });
 
