@@ -16,6 +16,7 @@
 #include "server/pubsub/hub.hpp"
 #include "server/pubsub/session.hpp"
 #include "server/reactor/loop.hpp"
+#include "tests/unit/server/pubsub/fake_conns.hpp"
 
 using namespace wspush;
 using namespace wspush::server;
@@ -23,44 +24,7 @@ using namespace wspush::server::pubsub;
 
 namespace {
 
-/// The connection layer as the session sees it: what each connection was sent, and closes.
-class fake_conns final : public conn_ops {
- public:
-  explicit fake_conns(pool::buffer_pool& b) : _b(b) {}
-  bool send(conn_id c, pool::frame_ref f) noexcept override {
-    if (closed.count(c)) return false;
-    auto bytes = f.bytes();  // one frame, or several back to back (a run joined by the fanout)
-    while (!bytes.empty()) {
-      auto h = proto::parse_frame_header(bytes);
-      std::size_t end = h.header.size + std::size_t(h.header.payload_len);
-      sent[c].emplace_back(reinterpret_cast<const char*>(bytes.data()) + h.header.size, end - h.header.size);
-      bytes = bytes.subspan(end);
-    }
-    return true;
-  }
-  send_counts send_all(std::span<const conn_id> cs, const pool::frame_ref& f, std::uint32_t) noexcept override {
-    send_counts n;
-    for (conn_id c : cs) (send(c, f) ? n.queued : n.closing) += 1;
-    return n;
-  }
-  void close(conn_id c, proto::close_code code) noexcept override { closed[c] = std::uint16_t(code); }
-  bool is_open(conn_id c) const noexcept override { return !closed.count(c); }
-  std::size_t unsent_bytes(conn_id) const noexcept override { return 0; }  // a reader that keeps up
-  void expiry_changed(conn_id) noexcept override { ++expiry_changes; }
-  int expiry_changes = 0;
-  std::uint8_t app_bits(conn_id c) const noexcept override { return bits.count(c) ? bits.at(c) : 0; }
-  void set_app_bits(conn_id c, std::uint8_t v) noexcept override { bits[c] = v; }
-  pool::buffer_pool& buffers() noexcept override { return _b; }
-  void hold(conn_id) noexcept override {}
-  void resume(conn_id) noexcept override {}
-
-  std::map<conn_id, std::vector<std::string>> sent;
-  std::map<conn_id, std::uint16_t> closed;
-  std::map<conn_id, std::uint8_t> bits;
-
- private:
-  pool::buffer_pool& _b;
-};
+using testing::fake_conns;
 
 /// The hub's port of the one shard: the event goes to the fanout at once.
 struct direct_port final : event_port {
