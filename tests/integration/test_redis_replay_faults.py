@@ -17,6 +17,7 @@ redis-server, with a client that reads part of its backlog and then stops readin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -97,7 +98,12 @@ def nothing_left(s: ServerProcess) -> bool:
     return metric(s, "wspush_bus_replays_paced") == 0 and metric(s, "wspush_bus_pending") == 0
 
 
-def outage(args) -> None:
+@contextlib.contextmanager
+def stalled_resume(args):
+    """A node on a fresh Redis, the topic `big` with HISTORY events of EVENT_BYTES, and a client
+    that resumed before all of them, read 3 and stopped reading (sub_and_stall). Yields the node,
+    a Redis client, the backlog's ids, the client and the ids it read; checks that the node did
+    not crash, and stops both."""
     rs = RedisServer(persistent=False).start()
     s = start_node(args, rs)
     r = redis.Redis(port=rs.port)
@@ -106,6 +112,15 @@ def outage(args) -> None:
         since = fill(r, "big", 1)[0]
         ids = fill(r, "big", HISTORY - 1)
         ws, got = sub_and_stall(s, "big", since, 3)
+        yield s, r, ids, ws, got
+        check(not s.crashed(), "the node crashed")
+    finally:
+        s.kill()
+        rs.close()
+
+
+def outage(args) -> None:
+    with stalled_resume(args) as (s, r, ids, ws, got):
         ups = metric(s, "wspush_bus_reconnects_total")
         for kind in ("pubsub", "normal"):
             r.execute_command("CLIENT", "KILL", "TYPE", kind)
@@ -132,21 +147,10 @@ def outage(args) -> None:
             live = r.execute_command("FCALL", "wspush_publish", 0, "big", '"live"').decode()
             check([x.get("id") for x in read_ids(again, live)] == [live], "the live event did not follow alone")
         check(poll_until(lambda: nothing_left(s), scaled(10)), "a finished replay left something under way")
-        check(not s.crashed(), "the node crashed")
-    finally:
-        s.kill()
-        rs.close()
 
 
 def trimmed(args) -> None:
-    rs = RedisServer(persistent=False).start()
-    s = start_node(args, rs)
-    r = redis.Redis(port=rs.port)
-    try:
-        check(poll_until(lambda: metric(s, "wspush_bus_up") == 1, scaled(30)), "the node's bus did not come up")
-        since = fill(r, "big", 1)[0]
-        ids = fill(r, "big", HISTORY - 1)
-        ws, got = sub_and_stall(s, "big", since, 3)
+    with stalled_resume(args) as (s, r, ids, ws, got):
         # More than the history holds, published while the replay waits: the client's place in
         # the stream is trimmed away.
         newer = fill(r, "big", HISTORY + 20)
@@ -184,10 +188,6 @@ def trimmed(args) -> None:
         check([x.get("id") for x in read_ids(ws, live)] == [live], "the live event did not follow alone")
         check(poll_until(lambda: nothing_left(s), scaled(10)), "a finished replay left something under way")
         ws.close_socket()
-        check(not s.crashed(), "the node crashed")
-    finally:
-        s.kill()
-        rs.close()
 
 
 def main(args) -> None:
