@@ -31,7 +31,7 @@ import redis
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from wsp_ports import release_port, reserve_port  # noqa: E402
+from wsp_redis import RedisServer  # noqa: E402
 
 
 def free_port() -> int:
@@ -76,20 +76,12 @@ def redis_cpu(r: redis.Redis) -> float:
 def run(a, binary: str, bus: bool) -> None:
     rs = r = None
     extra = []
-    rport = reserve_port()
     try:
         if bus:
-            rs = subprocess.Popen(["taskset", "-c", a.client_cpu, "redis-server", "--port", str(rport), "--save", "",
-                                   "--appendonly", "no", "--stream-node-max-bytes", str(a.node_bytes)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            r = redis.Redis(port=rport)
-            for _ in range(200):
-                try:
-                    r.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
-            extra = ["--bus", f"redis://127.0.0.1:{rport}"]
+            rs = RedisServer(persistent=False, cpu=a.client_cpu,
+                             extra=("--stream-node-max-bytes", str(a.node_bytes))).start()
+            r = redis.Redis(port=rs.port)
+            extra = ["--bus", rs.url]
         port, aport = free_port(), free_port()
         srv = subprocess.Popen(["taskset", "-c", a.node_cpu, binary, "--listen", f"127.0.0.1:{port}",
                                 "--admin-listen", f"127.0.0.1:{aport}", "--auth=none", "--threads", "1",
@@ -144,9 +136,7 @@ def run(a, binary: str, bus: bool) -> None:
                           "switches in the publish window", flush=True)
     finally:
         if rs:
-            rs.kill()
-            rs.wait()
-        release_port(rport)
+            rs.close()
 
 
 def main() -> None:

@@ -17,12 +17,15 @@ import argparse
 import os
 import select
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 import redis
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from wsp_redis import RedisServer  # noqa: E402
 
 LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "server", "bus", "wspush.lua")
 
@@ -40,17 +43,10 @@ def main() -> None:
     p.add_argument("--data", default='{"subject":"New mail","from":"alice@example.com","n":12345}')
     a = p.parse_args()
 
-    rs = subprocess.Popen(["taskset", "-c", a.redis_cpu, "redis-server", "--port", str(a.port), "--save", "",
-                           "--appendonly", "no", "--stream-node-max-bytes", str(a.node_bytes)],
-                          stdout=subprocess.DEVNULL)
+    rs = RedisServer(port=a.port, persistent=False, cpu=a.redis_cpu,
+                     extra=("--stream-node-max-bytes", str(a.node_bytes))).start()
     try:
         r = redis.Redis(port=a.port)
-        for _ in range(200):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
         r.function_load(open(a.lua).read(), replace=True)
         r.hset("wspush:config", mapping={"maxlen": 100, "ttl_ms": 300000, "max_event_bytes": 1 << 20})
         # The subscriber: every topic's channel, read as fast as Redis writes (a raw socket).
@@ -99,8 +95,7 @@ def main() -> None:
         stop.set()
         t.join()
     finally:
-        rs.kill()
-        rs.wait()
+        rs.close()
 
 
 if __name__ == "__main__":

@@ -28,13 +28,14 @@ class RedisServer:
     loses nothing it acknowledged."""
 
     def __init__(self, port: int = 0, persistent: bool = True, password: Optional[str] = None,
-                 extra: "tuple[str, ...]" = ()):
+                 extra: "tuple[str, ...]" = (), cpu: Optional[str] = None):
         if shutil.which("redis-server") is None:
             raise AssertionError("redis-server is needed (Debian package redis-server)")
         self.port = port or free_port()
         self.persistent = persistent
         self.password = password  # requirepass: command() authenticates with it
         self.extra = [str(x) for x in extra]  # more redis-server options ("--maxmemory", "1mb", ...)
+        self.cpu = cpu  # pinned to these CPUs (taskset -c), for benchmarks
         self.dir = tempfile.mkdtemp(prefix="wspush-redis-")
         self.proc: Optional[subprocess.Popen] = None
         self._killed = False
@@ -51,6 +52,8 @@ class RedisServer:
                 "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
         if self.password is not None:
             args += ["--requirepass", self.password]
+        if self.cpu is not None:
+            args = ["taskset", "-c", self.cpu] + args
         self.proc = subprocess.Popen(args + self.extra, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         self._killed = False
