@@ -559,19 +559,10 @@ void redis_bus::handle(request& r) noexcept {
 }
 
 bool redis_bus::command(std::initializer_list<std::string_view> args, op* o) noexcept {
-  const char* argv[8];
-  std::size_t lens[8];
-  int n = 0;
-  for (std::string_view a : args) {
-    argv[n] = a.data();
-    lens[n++] = a.size();
-  }
-  o->bus = this;
-  if (_cmd.command(n, argv, lens, reply_cb, o)) return true;
-  delete o;
-  return false;
+  return command(std::span<const std::string_view>(args.begin(), args.size()), o);
 }
 
+/// Sends a command on the command link; `o` is answered by on_reply, or deleted if it was not sent.
 bool redis_bus::command(std::span<const std::string_view> args, op* o) noexcept {
   try {
     _argp.resize(args.size());

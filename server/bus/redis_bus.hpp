@@ -198,8 +198,6 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void watch_stall() noexcept;
 
   bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true) noexcept;
-  std::atomic<bool> _unwoken{false};  // publish_queue posted without waking the loop
-  bool _told_node_bytes = false;       // the stream-node-max-bytes advice is logged once
   void take_requests() noexcept;
   void handle(request& r) noexcept;
   void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;
@@ -268,8 +266,10 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   // Requests from other threads.
   std::mutex _req_m;
   std::vector<request> _requests, _taking;
-  // The publishes taken and not sent yet (take_requests batches them), and scratch for the
-  // arguments of a command longer than a few.
+  std::atomic<bool> _unwoken{false};  // publish_queue posted without waking the loop
+  bool _told_node_bytes = false;       // the stream-node-max-bytes advice is logged once
+  // The publishes taken and not sent yet (take_requests batches them), and scratch for a
+  // command's arguments (command(): kept, so that a command allocates nothing once warm).
   std::vector<request*> _gathered;
   std::size_t _gathered_bytes = 0;
   std::vector<std::string_view> _argv;
