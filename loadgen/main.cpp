@@ -429,6 +429,23 @@ int parent::finish(run_result& r) {
   r.latency = &_agg.latency();
   r.connect = &_agg.connect();
   r.timeline = _agg.timeline();
+  static const histogram none;
+  for (std::size_t k = 0; k < _o.step_rates.size(); ++k) {
+    step_result st;
+    st.rate = _o.step_rates[k];
+    st.messages = _o.step_messages(k);
+    st.latency = &none;
+    if (k < _agg.steps().size()) {
+      const step_total& t = _agg.steps()[k];
+      st.sent = t.c[ctr::sent];
+      st.delivered = t.c[ctr::unique];
+      st.duplicates = t.c[ctr::duplicates];
+      st.first_send_ns = t.c.first_send_ns;
+      st.last_send_ns = t.c.last_send_ns;
+      st.latency = t.latency.get();
+    }
+    r.steps.push_back(st);
+  }
   command('q', true, true);
   const std::uint64_t deadline = now_ns() + seconds_to_ns(10);
   for (child_proc& c : _children) {

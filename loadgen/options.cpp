@@ -36,6 +36,11 @@ const std::string_view usage_text =
     "  --messages M                 messages to publish (default 200, or publish-rate x seconds)\n"
     "  --publish-rate R             messages/s (default: as fast as the server takes them)\n"
     "  --seconds S                  publishing time with --publish-rate (default 10)\n"
+    "  --publish-steps R1,R2,...    a capacity curve: publish R1 messages/s for --step-seconds, pause\n"
+    "                               --step-pause seconds (what was sent is delivered meanwhile), then R2...;\n"
+    "                               the result has each step's deliveries, loss, duplicates and latency\n"
+    "                               (mailboxes only; replaces --publish-rate and --messages)\n"
+    "  --step-seconds S, --step-pause S   each step's publishing time and the pause after it (10, 3)\n"
     "  --size BYTES                 payload size (default 64)\n"
     "  --topic T, --topic-prefix P  fanout topic (lg-fanout), mailbox topic prefix (lg-mb-)\n"
     "  --pipeline K                 admin publishes in flight (default 32)\n"
@@ -100,6 +105,18 @@ double parse_number(std::string_view name, std::string_view text, double lo, dou
   return value;
 }
 
+/// "R1,R2,...": rates above 0, at most 64 of them.
+std::vector<double> parse_rates(std::string_view name, std::string_view text) {
+  std::vector<double> out;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    out.push_back(parse_number(name, text.substr(0, comma), 0.001, 1e8));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  if (out.empty() || out.size() > 64) fail(std::string(name) + " takes 1 to 64 rates, comma separated");
+  return out;
+}
+
 in_addr parse_ipv4(std::string_view text) {
   in_addr a{};
   if (text == "localhost") text = "127.0.0.1";
@@ -135,6 +152,14 @@ void apply_defaults(options& o, bool via_given) {
   if (o.url.empty()) fail("--url is required");
   if (o.procs == 0) o.procs = (o.connections + 9999) / 10000;
   if (o.procs > o.connections) o.procs = o.connections;
+  if (!o.step_rates.empty()) {
+    if (o.sc != scenario::mailboxes) fail("--publish-steps runs with the mailboxes scenario only");
+    if (o.publish_rate > 0 || o.messages > 0) fail("--publish-steps replaces --publish-rate and --messages");
+    for (std::size_t k = 0; k < o.step_rates.size(); ++k) {
+      if (o.step_messages(k) == 0) fail("--publish-steps: a step of no message (raise its rate or --step-seconds)");
+      o.messages += o.step_messages(k);
+    }
+  }
   if (o.messages == 0) o.messages = o.publish_rate > 0 ? std::llround(o.publish_rate * o.seconds) : 200;
   if (o.messages == 0) o.messages = 1;
   if (!via_given) o.via = o.proto == protocol::broadcast ? publish_via::ws : publish_via::admin;
@@ -154,6 +179,17 @@ void apply_defaults(options& o, bool via_given) {
 }
 
 }  // namespace
+
+std::uint64_t options::step_messages(std::size_t k) const noexcept {
+  return k < step_rates.size() ? static_cast<std::uint64_t>(std::llround(step_rates[k] * step_seconds)) : 0;
+}
+
+std::size_t options::step_of(std::uint64_t n) const noexcept {
+  std::size_t k = 0;
+  for (std::uint64_t end = step_messages(0); k + 1 < step_rates.size() && n >= end; end += step_messages(++k)) {
+  }
+  return k;
+}
 
 bool options::is_churner(std::uint32_t global) const noexcept {
   return sc == scenario::churn && picked(global, churn_fraction);
@@ -239,6 +275,9 @@ options parse_options(int argc, char** argv) {
     else if (arg == "--messages") o.messages = static_cast<std::uint64_t>(num(1, 1e10));
     else if (arg == "--publish-rate") o.publish_rate = num(0, 1e8);
     else if (arg == "--seconds") o.seconds = num(0.001, 1e6);
+    else if (arg == "--publish-steps") o.step_rates = parse_rates(arg, take());
+    else if (arg == "--step-seconds") o.step_seconds = num(0.001, 1e6);
+    else if (arg == "--step-pause") o.step_pause = num(0, 1e6);
     else if (arg == "--size") o.size = static_cast<std::uint32_t>(num(16, 1 << 24));
     else if (arg == "--pipeline") o.pipeline = static_cast<std::uint32_t>(num(1, 4096));
     else if (arg == "--hold") o.hold = num(0, 1e7);

@@ -53,6 +53,12 @@ struct options {
   std::uint64_t messages = 0;        ///< 0: derived (200, or publish_rate * seconds)
   double publish_rate = 0;           ///< messages/s; 0: as fast as the server takes them
   double seconds = 10;               ///< publishing time when --publish-rate is given
+  /// --publish-steps: the publish rate of each step, in order (empty: one rate, --publish-rate).
+  /// Step k publishes rate * --step-seconds messages at its rate, then nothing for --step-pause
+  /// seconds, so that what it sent is delivered before the next step begins.
+  std::vector<double> step_rates;
+  double step_seconds = 10;
+  double step_pause = 3;
   std::uint32_t size = 64;
   std::uint32_t pipeline = 32;       ///< admin publishes in flight
   double hold = -1;                  ///< seconds to hold once all are up (idle: 10; others: settle_seconds)
@@ -85,6 +91,10 @@ struct options {
     const std::uint32_t n = topic_count();
     return messages / n + (t < messages % n ? 1 : 0);
   }
+  /// Messages step k publishes (steps only).
+  [[nodiscard]] std::uint64_t step_messages(std::size_t k) const noexcept;
+  /// The step message number `n` (counted over all topics) belongs to; 0 without steps.
+  [[nodiscard]] std::size_t step_of(std::uint64_t n) const noexcept;
   /// Connection `global`'s role in churn / slow-consumers (spread evenly over processes).
   [[nodiscard]] bool is_churner(std::uint32_t global) const noexcept;
   [[nodiscard]] bool is_slow(std::uint32_t global) const noexcept;

@@ -151,7 +151,10 @@ bool publisher::finished() const noexcept {
 void publisher::publish_loop() noexcept {
   const std::uint64_t start = now_ns();
   const std::uint64_t deadline = start + seconds_to_ns(_o.timeout);
-  _limit = rate_limiter(_o.publish_rate, start, 64);
+  const bool steps = !_o.step_rates.empty();
+  _limit = rate_limiter(steps ? _o.step_rates[0] : _o.publish_rate, start, 64);
+  _step_end = steps ? _o.step_messages(0) : _o.messages;
+  _step_c.assign(_o.step_rates.size(), counters{});
   while (!finished() && !_cmd.report && !_cmd.quit && now_ns() < deadline) {
     std::uint64_t now = now_ns();
     if (_fd < 0 && !connect(now + 200'000'000)) continue;
@@ -168,7 +171,7 @@ void publisher::publish_loop() noexcept {
     std::uint64_t wake = std::min(_next_sample_ns, now + 100'000'000);
     const bool can_add = _next < _o.messages && !_want_out &&
                          (_o.via == publish_via::ws || _inflight.size() < _o.pipeline);
-    if (can_add) wake = std::min(wake, now + _limit.wait_ns(now));
+    if (can_add) wake = std::min(wake, now + pace(now));
     if (!_retry.empty() && !_want_out) wake = std::min(wake, std::max(now, _retry.front().second));
     epoll_event events[8];
     const int n = epoll_wait(_ep, events, 8, wake <= now ? 0 : static_cast<int>((wake - now + 999'999) / 1'000'000));
@@ -183,6 +186,27 @@ void publisher::publish_loop() noexcept {
   }
   _c[ctr::publish_errors] += _inflight.size();                // never answered within the bound
   _c[ctr::publish_errors] += _retry.size();                   // refused, and the bound ran out first
+  send_steps();
+}
+
+/// Nanoseconds until the next message may go: the rate's wait, or the rest of a step's pause.
+/// A step ends when its last message is sent; its pause counts from then, and the next step's
+/// rate from the pause's end.
+std::uint64_t publisher::pace(std::uint64_t now) noexcept {
+  if (_next < _step_end || _step + 1 >= _o.step_rates.size()) return _limit.wait_ns(now);
+  if (_pause_until == 0) _pause_until = now + seconds_to_ns(_o.step_pause);
+  if (now < _pause_until) return _pause_until - now;
+  _pause_until = 0;
+  _step_end += _o.step_messages(++_step);
+  _limit = rate_limiter(_o.step_rates[_step], now, 64);
+  return _limit.wait_ns(now);
+}
+
+void publisher::send_steps() noexcept {
+  for (std::size_t k = 0; k < _step_c.size(); ++k) {
+    const std::string msg = encode_msg(msg_kind::step, _index, static_cast<std::uint32_t>(k), _step_c[k], *_empty, *_empty);
+    if (!write_all(_report, msg.data(), msg.size())) _exit(3);
+  }
 }
 
 /// Encodes what is due, bounded so every timestamp is taken just before its bytes go out.
@@ -198,7 +222,8 @@ void publisher::fill(std::uint64_t now) noexcept {
     _retry.pop_front();
     --room;
   }
-  room = std::min<std::uint64_t>(room, _o.messages - _next);
+  if (pace(now) > 0) return;
+  room = std::min<std::uint64_t>(room, _step_end - _next);
   const std::uint64_t n = _limit.take(now, room);
   for (std::uint64_t k = 0; k < n; ++k) encode_one(_next++, now_ns());
 }
@@ -211,6 +236,12 @@ void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexc
   if (_c.first_send_ns == 0) _c.first_send_ns = now;
   _c.last_send_ns = now;
   if (!again) ++_c[ctr::sent];
+  if (!_step_c.empty()) {
+    counters& sc = _step_c[_o.step_of(k)];
+    if (sc.first_send_ns == 0) sc.first_send_ns = now;
+    sc.last_send_ns = now;
+    if (!again) ++sc[ctr::sent];
+  }
   if (_o.via == publish_via::admin) {
     _inflight.push_back(k);
     const std::string body = make_publish_body(topic, payload);

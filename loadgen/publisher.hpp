@@ -68,6 +68,8 @@ private:
   void lose_connection() noexcept;
   void read_command() noexcept;
   void send_sample(msg_kind kind) noexcept;
+  void send_steps() noexcept;
+  [[nodiscard]] std::uint64_t pace(std::uint64_t now) noexcept;
   [[nodiscard]] bool finished() const noexcept;
   void publish_loop() noexcept;
 
@@ -83,6 +85,10 @@ private:
   std::size_t _out_off = 0;
   std::vector<char> _payload;
   std::uint64_t _next = 0;        ///< next message number to encode
+  std::size_t _step = 0;          ///< --publish-steps: the step under way
+  std::uint64_t _step_end = 0;    ///< the first message number past it
+  std::uint64_t _pause_until = 0; ///< its pause ends then (0: not in its pause)
+  std::vector<counters> _step_c;  ///< per step: sent, first and last send
   std::deque<std::uint64_t> _inflight;  ///< admin: the message number of each request sent and not answered, in order
   /// admin: publishes answered 503 (nothing was published), sent again with the same number
   /// when due (Retry-After), so a refusal leaves no gap for the subscribers to count

@@ -80,6 +80,13 @@ void print_text(std::FILE* out, const run_result& r) {
                r.deliveries_per_s());
   latency_line(out, "latency", *r.latency);
   if (r.cpu_per_delivery_us() >= 0) std::fprintf(out, "  server CPU %.3f µs per delivery\n", r.cpu_per_delivery_us());
+  for (const step_result& st : r.steps) {
+    std::fprintf(out, "  step %.0f/s: %llu sent in %.2f s, %llu delivered, loss %llu, duplicates %llu, latency p50 %.2f ms "
+                 "p99 %.2f ms max %.2f ms\n", st.rate, static_cast<unsigned long long>(st.sent), st.publish_s(),
+                 static_cast<unsigned long long>(st.delivered), static_cast<unsigned long long>(st.loss()),
+                 static_cast<unsigned long long>(st.duplicates), us(st.latency->quantile(0.5)) / 1e3,
+                 us(st.latency->quantile(0.99)) / 1e3, us(st.latency->max()) / 1e3);
+  }
   if (r.storm_back_s >= 0) {
     std::fprintf(out, "  storm: all back %.3f s after the first drop; subbed with lost topics: %llu\n", r.storm_back_s,
                  n(ctr::lost_reported));
@@ -115,6 +122,19 @@ void print_json(std::FILE* out, const run_result& r) {
                r.rss_per_conn() >= 0 ? "true" : "false", static_cast<unsigned long long>(r.before.vmrss),
                static_cast<unsigned long long>(r.loaded.vmrss), static_cast<unsigned long long>(r.held),
                r.rss_per_conn(), r.slab_per_conn(), r.cpu_per_delivery_us());
+  std::fprintf(out, "\"steps\":[");
+  for (std::size_t k = 0; k < r.steps.size(); ++k) {
+    const step_result& st = r.steps[k];
+    std::fprintf(out, "%s{\"rate\":%.3f,\"messages\":%llu,\"sent\":%llu,\"delivered\":%llu,\"loss\":%llu,"
+                 "\"duplicates\":%llu,\"publish_s\":%.3f,\"first_send_s\":%.6f,\"last_send_s\":%.6f,"
+                 "\"latency_us\":{\"count\":%llu,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f}}",
+                 k ? "," : "", st.rate, static_cast<unsigned long long>(st.messages), static_cast<unsigned long long>(st.sent),
+                 static_cast<unsigned long long>(st.delivered), static_cast<unsigned long long>(st.loss()),
+                 static_cast<unsigned long long>(st.duplicates), st.publish_s(), static_cast<double>(st.first_send_ns) / 1e9,
+                 static_cast<double>(st.last_send_ns) / 1e9, static_cast<unsigned long long>(st.latency->total()),
+                 us(st.latency->quantile(0.5)), us(st.latency->quantile(0.99)), us(st.latency->max()));
+  }
+  std::fprintf(out, "],");
   std::fprintf(out, "\"storm_back_s\":%.3f,\"storm_left\":%llu,\"first_errno\":%lld,\"first_status\":%lld}\n",
                r.storm_back_s, static_cast<unsigned long long>(r.storm_left), static_cast<long long>(t.first_errno),
                static_cast<long long>(t.first_status));

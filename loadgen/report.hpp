@@ -16,12 +16,28 @@
 
 namespace wspush::loadgen {
 
+/// One step of --publish-steps: what was published at its rate and what arrived of it.
+struct step_result {
+  double rate = 0;                 ///< asked, messages/s
+  std::uint64_t messages = 0;      ///< the step's messages
+  std::uint64_t sent = 0;
+  std::uint64_t delivered = 0;     ///< distinct, on checked connections
+  std::uint64_t duplicates = 0;
+  std::uint64_t first_send_ns = 0, last_send_ns = 0;   ///< CLOCK_MONOTONIC
+  const histogram* latency = nullptr;
+  [[nodiscard]] double publish_s() const noexcept {
+    return last_send_ns > first_send_ns ? static_cast<double>(last_send_ns - first_send_ns) / 1e9 : 0;
+  }
+  [[nodiscard]] std::uint64_t loss() const noexcept { return messages > delivered ? messages - delivered : 0; }
+};
+
 struct run_result {
   const options* o = nullptr;
   counters totals{};
   const histogram* latency = nullptr;
   const histogram* connect = nullptr;
   std::vector<timeline_point> timeline;
+  std::vector<step_result> steps;      ///< --publish-steps, in order
   std::vector<std::string> problems;   ///< why the run is not ok (empty: ok)
   std::string started_utc;
   double connect_s = 0;                ///< start until every process had its connections up

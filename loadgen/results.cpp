@@ -61,7 +61,7 @@ bool decode_msg(std::span<const std::uint8_t> frame, child_msg& out) noexcept {
   if (frame.size() < sizeof(head) + sizeof(counters) || frame_size(frame) != frame.size()) return false;
   std::memcpy(head, frame.data(), sizeof(head));
   if (head[1] != static_cast<std::uint32_t>(msg_kind::sample) &&
-      head[1] != static_cast<std::uint32_t>(msg_kind::final_result)) {
+      head[1] != static_cast<std::uint32_t>(msg_kind::final_result) && head[1] != static_cast<std::uint32_t>(msg_kind::step)) {
     return false;
   }
   out.kind = static_cast<msg_kind>(head[1]);
@@ -80,6 +80,13 @@ bool decode_msg(std::span<const std::uint8_t> frame, child_msg& out) noexcept {
 
 void aggregate::on_msg(const child_msg& m) {
   if (m.child >= _children || _final[m.child]) return;
+  if (m.kind == msg_kind::step) {
+    if (m.interval >= 64) return;  // --publish-steps takes at most 64
+    if (_steps.size() <= m.interval) _steps.resize(m.interval + 1);
+    _steps[m.interval].c.add(m.c);
+    _steps[m.interval].latency->merge(*m.latency);
+    return;
+  }
   _latest[m.child] = m.c;
   _latency->merge(*m.latency);
   point& p = _points[m.interval];

@@ -99,7 +99,10 @@ struct counters {
   }
 };
 
-enum class msg_kind : std::uint32_t { sample = 1, final_result = 2 };
+/// step: one step of --publish-steps (its index in `interval`): what a process counted of that
+/// step's messages (a worker: unique, duplicates and the latency histogram; the publisher:
+/// sent and its first and last send), sent once, before `final_result`.
+enum class msg_kind : std::uint32_t { sample = 1, final_result = 2, step = 3 };
 
 /// One decoded message from a child.
 struct child_msg {
@@ -134,6 +137,12 @@ struct timeline_point {
   std::uint64_t p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0;   ///< ns
 };
 
+/// One step of --publish-steps, summed over the processes.
+struct step_total {
+  counters c{};
+  std::unique_ptr<histogram> latency = std::make_unique<histogram>();
+};
+
 /// The parent's sum over every process: totals, whole-run histograms and the time series.
 class aggregate {
 public:
@@ -153,6 +162,8 @@ public:
   [[nodiscard]] bool is_final(std::uint32_t child) const noexcept { return _final[child]; }
   /// The time series in order, every interval's percentiles computed from the merged histogram.
   [[nodiscard]] std::vector<timeline_point> timeline() const;
+  /// Each step of --publish-steps (empty without).
+  [[nodiscard]] const std::vector<step_total>& steps() const noexcept { return _steps; }
 
 private:
   struct point {
@@ -167,6 +178,7 @@ private:
   std::vector<counters> _latest = std::vector<counters>(_children);
   std::vector<bool> _final = std::vector<bool>(_children);
   std::map<std::uint32_t, point> _points;
+  std::vector<step_total> _steps;
   std::unique_ptr<histogram> _latency = std::make_unique<histogram>();
   std::unique_ptr<histogram> _connect = std::make_unique<histogram>();
 };

@@ -23,6 +23,7 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
   const bool shared_topic = o.proto == protocol::pubsub && o.sc != scenario::mailboxes;
   _memo = std::make_unique<delivery_memo>(shared_topic ? o.topic : std::string());
   if (reconnects()) _last_ids.resize(count);
+  _steps.resize(o.step_rates.size());
   _rng.state = (now_ns() ^ (std::uint64_t{index} << 40) ^ static_cast<std::uint64_t>(getpid())) | 1;
   for (std::uint32_t i = 0; i < count; ++i) {
     _conns[i].slow = o.is_slow(first + i);

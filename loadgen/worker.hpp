@@ -117,6 +117,7 @@ private:
   std::unique_ptr<histogram> _connect = std::make_unique<histogram>();
   std::unique_ptr<histogram> _empty = std::make_unique<histogram>();
   std::unique_ptr<delivery_memo> _memo;   ///< serves the topic all connections share (none in mailboxes)
+  std::vector<step_total> _steps;         ///< --publish-steps: per step, unique, duplicates, latency
   counters _c{};
   seq_counters _seq{};       ///< checked connections
   seq_counters _scratch{};   ///< the others (duplicates there are not the server's fault to count)

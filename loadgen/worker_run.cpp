@@ -71,6 +71,13 @@ void worker::send_sample(msg_kind kind) noexcept {
   _c[ctr::gaps] = _seq.gaps;
   _c[ctr::reordered] = _seq.reordered;
   _c[ctr::stale] = _seq.stale;
+  if (kind == msg_kind::final_result) {
+    for (std::size_t k = 0; k < _steps.size(); ++k) {
+      const std::string msg = encode_msg(msg_kind::step, _index, static_cast<std::uint32_t>(k), _steps[k].c,
+                                         *_steps[k].latency, *_empty);
+      if (!write_all(_report, msg.data(), msg.size())) _exit(3);
+    }
+  }
   const histogram& connect = kind == msg_kind::final_result ? *_connect : *_empty;
   const std::string msg = encode_msg(kind, _index, _interval_no, _c, *_interval, connect);
   if (!write_all(_report, msg.data(), msg.size())) _exit(3);   // the parent is gone
@@ -119,8 +126,20 @@ void worker::on_readable(std::uint32_t i) noexcept {
     return;
   }
   if (!_last_ids.empty()) keep_id(i, d.id);
-  if (!c.seq.on_seq(static_cast<std::uint32_t>(d.seq), c.checked ? _seq : _scratch)) return;
-  _interval->record(_recv_ns > d.send_ns ? _recv_ns - d.send_ns : 0);
+  const bool fresh = c.seq.on_seq(static_cast<std::uint32_t>(d.seq), c.checked ? _seq : _scratch);
+  const std::uint64_t latency = _recv_ns > d.send_ns ? _recv_ns - d.send_ns : 0;
+  if (!_steps.empty() && c.checked) {
+    // Mailboxes: message n went to topic n % topics as that topic's number n / topics.
+    step_total& st = _steps[_o.step_of(d.seq * _o.topic_count() + _first + i)];
+    if (fresh) {
+      ++st.c[ctr::unique];
+      st.latency->record(latency);
+    } else {
+      ++st.c[ctr::duplicates];
+    }
+  }
+  if (!fresh) return;
+  _interval->record(latency);
   _c.last_delivery_ns = _recv_ns;
   if (c.checked && ++c.received == wanted(i)) on_complete();
 }
