@@ -36,7 +36,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_ports import reserve_port  # noqa: E402
 from wsp_testlib import (OP_TEXT, Findings, RawWebSocket, ServerProcess, admin_port,  # noqa: E402
-                         arg_parser, check, metric, publish_ok, rss_bounds_checked, run_main, scaled, rss_mb, RssPeak)
+                         arg_parser, check, metric, publish_ok, scrape_metrics, rss_bounds_checked, run_main, scaled, rss_mb, RssPeak)
 
 RSS_SLACK_MB = 8  # "a few MB": what one step may leave behind (allocator noise), far below the attack
 
@@ -138,7 +138,7 @@ class LyingRedis:
         self.accepted = {"cmd": 0, "sub": 0}
         self.answering = threading.Event()
         self.answering.set()
-        self.seq = 0
+        self.last_id = (0, 0)
         self.marks: "list[int]" = []         # the time of each mark published
         self.replays: "list[list]" = []      # the arguments of each FCALL wspush_replay
         self.hold_topic_subs = False         # SUBSCRIBE of a topic channel waits for release_subs()
@@ -176,6 +176,15 @@ class LyingRedis:
             c.send(push(b"message", channel, payload))
         return len(subs)
 
+    def next_id(self) -> bytes:
+        """An event's id as Redis makes it (XADD *): the millisecond it was added, then a sequence
+        within it, so that every id is above the marks heard before it. The node drops a live
+        event whose id is not past where a catch-up read up to (the replay had it)."""
+        with self.cond:
+            ms = max(int(time.time() * 1000), self.last_id[0])
+            self.last_id = (ms, self.last_id[1] + 1 if ms == self.last_id[0] else 0)
+            return b"fakeepoch:%d-%d" % self.last_id
+
     def answer(self, c: Conn, args) -> bytes:
         verb = args[0].upper()
         if verb == b"SUBSCRIBE" and self.hold_topic_subs and args[1].startswith(b"wspush:topic:"):
@@ -201,15 +210,13 @@ class LyingRedis:
         if verb == b"FCALL" and args[1] == b"wspush_epoch":
             return bulk(b"fakeepoch")
         if verb == b"FCALL" and args[1] == b"wspush_publish":
-            self.seq += 1
-            eid = b"fakeepoch:%d-0" % self.seq
+            eid = self.next_id()
             self.deliver(b"wspush:topic:" + args[3], eid + b" " + args[4])
             return bulk(eid)
         if verb == b"FCALL" and args[1] == b"wspush_publish_batch":
             ids = []
             for k in range(3, len(args) - 1, 2):
-                self.seq += 1
-                ids.append(b"fakeepoch:%d-0" % self.seq)
+                ids.append(self.next_id())
                 self.deliver(b"wspush:topic:" + args[k], ids[-1] + b" " + args[k + 1])
             return b"*%d\r\n" % len(ids) + b"".join(bulk(i) for i in ids)
         if verb == b"FCALL" and args[1] == b"wspush_mark":
@@ -470,7 +477,12 @@ class Rig:
         self.ensure()
         self.wait_up()  # a step that failed may have left the bus reconnecting
         eid = publish_ok(self.node, "lies", {"n": 1})
-        f = self.ws.recv_frame()
+        try:
+            f = self.ws.recv_frame()
+        except Exception as e:
+            bus = "\n".join(f"{k} {v}" for k, v in scrape_metrics(admin_port(self.node)).items()
+                            if k.startswith("wspush_bus"))
+            raise AssertionError(f"{e}\n{bus}\n{self.node.log_tail(80)}") from e
         e = json.loads(f.payload)
         check(e == {"topic": "lies", "id": eid, "data": {"n": 1}}, f"the subscriber got {e}")
 
