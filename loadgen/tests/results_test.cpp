@@ -98,3 +98,36 @@ TEST_CASE("results: latency merges exactly across processes and intervals and fi
   CHECK(tl[1].open == 1);   // child 0 carried forward from interval 0, child 1 final
   CHECK(tl[1].lat_count == 0);
 }
+
+TEST_CASE("results: each step of --publish-steps sums over processes, apart from the totals") {
+  aggregate agg(3, 1);
+  histogram fast, slow, empty;
+  for (int k = 0; k < 10; ++k) fast.record(100'000);
+  for (int k = 0; k < 10; ++k) slow.record(90'000'000);
+  counters w0 = make(0, 10, 0, 0), w1 = make(0, 9, 0, 0);
+  w1[ctr::duplicates] = 1;
+  counters pub{};
+  pub[ctr::sent] = 20;
+  pub.first_send_ns = 1'000;
+  pub.last_send_ns = 9'000;
+  agg.on_msg(decode(encode_msg(msg_kind::step, 0, 0, w0, fast, empty)));
+  agg.on_msg(decode(encode_msg(msg_kind::step, 1, 0, w1, fast, empty)));
+  agg.on_msg(decode(encode_msg(msg_kind::step, 2, 0, pub, empty, empty)));
+  agg.on_msg(decode(encode_msg(msg_kind::step, 0, 1, w0, slow, empty)));
+  REQUIRE(agg.steps().size() == 2);
+  const step_total& s0 = agg.steps()[0];
+  CHECK(s0.c[ctr::unique] == 19);
+  CHECK(s0.c[ctr::duplicates] == 1);
+  CHECK(s0.c[ctr::sent] == 20);
+  CHECK(s0.c.first_send_ns == 1'000);
+  CHECK(s0.c.last_send_ns == 9'000);
+  CHECK(s0.latency->total() == 20);
+  CHECK(agg.steps()[1].latency->quantile(0.99) == Approx(90'000'000).epsilon(1.0 / 128));
+  // Steps are not samples: the totals, the time series and the whole run's latency are untouched.
+  CHECK(agg.totals()[ctr::unique] == 0);
+  CHECK(agg.timeline().empty());
+  CHECK(agg.latency().total() == 0);
+  // An index past what --publish-steps allows is refused, not grown into.
+  agg.on_msg(decode(encode_msg(msg_kind::step, 0, 1000, w0, fast, empty)));
+  CHECK(agg.steps().size() == 2);
+}

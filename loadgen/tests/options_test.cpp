@@ -1,0 +1,63 @@
+#include "loadgen/options.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace wspush::loadgen;
+
+namespace {
+
+options parse(std::vector<std::string> args) {
+  args.insert(args.begin(), {"wspush-loadgen"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+const std::vector<std::string> base = {"mailboxes", "--url", "ws://127.0.0.1:9000/ws", "--admin", "http://127.0.0.1:9001",
+                                       "--connections", "10"};
+
+std::vector<std::string> with(std::vector<std::string> more, const std::vector<std::string>& first = base) {
+  std::vector<std::string> out = first;
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("options: --publish-steps sets each step's messages and the total") {
+  const options o = parse(with({"--publish-steps", "100,250.5", "--step-seconds", "2", "--step-pause", "0.5"}));
+  REQUIRE(o.step_rates.size() == 2);
+  CHECK(o.step_messages(0) == 200);
+  CHECK(o.step_messages(1) == 501);
+  CHECK(o.step_messages(2) == 0);
+  CHECK(o.messages == 701);
+  CHECK(o.step_pause == 0.5);
+  // Message numbers count over all topics, in publishing order.
+  CHECK(o.step_of(0) == 0);
+  CHECK(o.step_of(199) == 0);
+  CHECK(o.step_of(200) == 1);
+  CHECK(o.step_of(700) == 1);
+  CHECK(o.step_of(100'000) == 1);  // past the end: the last step
+}
+
+TEST_CASE("options: --publish-steps refuses what it cannot run") {
+  CHECK_THROWS_AS(parse(with({"--publish-steps", "100", "--publish-rate", "5"})), std::runtime_error);
+  CHECK_THROWS_AS(parse(with({"--publish-steps", "100", "--messages", "5"})), std::runtime_error);
+  CHECK_THROWS_AS(parse(with({"--publish-steps", "0"})), std::runtime_error);
+  CHECK_THROWS_AS(parse(with({"--publish-steps", "1,,2"})), std::runtime_error);
+  CHECK_THROWS_AS(parse(with({"--publish-steps", "0.01"})), std::runtime_error);  // no message in 10 s
+  std::vector<std::string> fanout = base;
+  fanout[0] = "fanout";
+  CHECK_THROWS_AS(parse(with({"--publish-steps", "100"}, fanout)), std::runtime_error);
+}
+
+TEST_CASE("options: without steps every message is step 0") {
+  const options o = parse(with({"--messages", "50"}));
+  CHECK(o.step_rates.empty());
+  CHECK(o.messages == 50);
+  CHECK(o.step_of(49) == 0);
+}
