@@ -43,7 +43,8 @@ const std::string_view usage_text =
     "  --step-seconds S, --step-pause S   each step's publishing time and the pause after it (10, 3)\n"
     "  --size BYTES                 payload size (default 64)\n"
     "  --topic T, --topic-prefix P  fanout topic (lg-fanout), mailbox topic prefix (lg-mb-)\n"
-    "  --pipeline K                 admin publishes in flight (default 32)\n"
+    "  --pipeline K                 admin publish requests in flight (default 32)\n"
+    "  --publish-batch B            admin: B messages per request, POST /publish/batch (default 1: POST /publish)\n"
     "  --hold S                     seconds to hold once all are up, before any publishing (default: idle 10,\n"
     "                               others 0.25: the set-up's TCP timers run out first, so the first\n"
     "                               publish does not share the server with them); an outside observer\n"
@@ -174,6 +175,7 @@ void apply_defaults(options& o, bool via_given) {
   if (o.proto == protocol::pubsub && o.via == publish_via::admin && o.publishes() && !o.admin_given) {
     fail("publishing through the admin API needs --admin http://HOST:PORT (or use --publish-via ws)");
   }
+  if (o.publish_batch > 1 && o.via != publish_via::admin) fail("--publish-batch is for the admin API (--publish-via admin)");
   if (o.size < 16) o.size = 16;
   if (o.hold < 0) o.hold = o.publishes() ? settle_seconds : 10;
 }
@@ -280,6 +282,7 @@ options parse_options(int argc, char** argv) {
     else if (arg == "--step-pause") o.step_pause = num(0, 1e6);
     else if (arg == "--size") o.size = static_cast<std::uint32_t>(num(16, 1 << 24));
     else if (arg == "--pipeline") o.pipeline = static_cast<std::uint32_t>(num(1, 4096));
+    else if (arg == "--publish-batch") o.publish_batch = static_cast<std::uint32_t>(num(1, 1000));
     else if (arg == "--hold") o.hold = num(0, 1e7);
     else if (arg == "--churn-rate") o.churn_rate = num(0, 1e6);
     else if (arg == "--churn-fraction") o.churn_fraction = num(0, 1);

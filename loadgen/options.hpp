@@ -60,7 +60,8 @@ struct options {
   double step_seconds = 10;
   double step_pause = 3;
   std::uint32_t size = 64;
-  std::uint32_t pipeline = 32;       ///< admin publishes in flight
+  std::uint32_t pipeline = 32;       ///< admin publish requests in flight
+  std::uint32_t publish_batch = 1;   ///< admin: messages per request (over 1: POST /publish/batch)
   double hold = -1;                  ///< seconds to hold once all are up (idle: 10; others: settle_seconds)
   double churn_rate = 100;           ///< churn: closes+reopens per second over all processes
   double churn_fraction = 0.5;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <tuple>
 
 namespace wspush::loadgen {
 
@@ -184,7 +185,7 @@ void publisher::publish_loop() noexcept {
       }
     }
   }
-  _c[ctr::publish_errors] += _inflight.size();                // never answered within the bound
+  for (const auto& r : _inflight) _c[ctr::publish_errors] += r.second;   // never answered within the bound
   _c[ctr::publish_errors] += _retry.size();                   // refused, and the bound ran out first
   send_steps();
 }
@@ -218,17 +219,47 @@ void publisher::fill(std::uint64_t now) noexcept {
   std::uint64_t room = 64;
   if (_o.via == publish_via::admin) room = _o.pipeline > _inflight.size() ? _o.pipeline - _inflight.size() : 0;
   while (room > 0 && !_retry.empty() && _retry.front().second <= now) {   // refused ones first, outside the rate
-    encode_one(_retry.front().first, now_ns(), true);
+    encode_request(_retry.front().first, 1, true);
     _retry.pop_front();
     --room;
   }
   if (pace(now) > 0) return;
-  room = std::min<std::uint64_t>(room, _step_end - _next);
-  const std::uint64_t n = _limit.take(now, room);
-  for (std::uint64_t k = 0; k < n; ++k) encode_one(_next++, now_ns());
+  const std::uint64_t batch = _o.via == publish_via::admin ? _o.publish_batch : 1;
+  room = std::min<std::uint64_t>(room * batch, _step_end - _next);
+  std::uint64_t n = _limit.take(now, room);
+  while (n > 0) {
+    const auto take = static_cast<std::uint32_t>(std::min(n, batch));
+    encode_request(_next, take, false);
+    _next += take;
+    n -= take;
+  }
 }
 
-void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept {
+/// Messages first..first+count-1 (fresh ones are consecutive; a retry goes alone): over the
+/// admin API one request (`/publish`, or `/publish/batch` with one NDJSON line each), over
+/// WebSocket one frame each.
+void publisher::encode_request(std::uint64_t first, std::uint32_t count, bool again) noexcept {
+  if (_o.via == publish_via::admin) {
+    _inflight.emplace_back(first, count);
+    _body.clear();
+    for (std::uint32_t k = 0; k < count; ++k) {
+      if (k) _body.push_back('\n');
+      _body.append(encode_one(first + k, now_ns(), again));
+    }
+    _out.append(count == 1 ? "POST /publish HTTP/1.1\r\nHost: " : "POST /publish/batch HTTP/1.1\r\nHost: ").append(_o.admin_host);
+    _out.append(count == 1 ? "\r\nContent-Type: application/json\r\nContent-Length: "
+                           : "\r\nContent-Type: application/x-ndjson\r\nContent-Length: ")
+        .append(std::to_string(_body.size()));
+    if (!_o.api_key.empty()) _out.append("\r\nAuthorization: Bearer ").append(_o.api_key);
+    _out.append("\r\n\r\n").append(_body);
+    return;
+  }
+  for (std::uint32_t k = 0; k < count; ++k) encode_one(first + k, now_ns(), again);
+}
+
+/// Message k, stamped `now`: admin, the publish body it returns; WebSocket, a frame appended to
+/// the output (returns empty).
+std::string publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept {
   const std::uint32_t topics = _o.topic_count();
   const std::string topic = _o.topic_of(static_cast<std::uint32_t>(k % topics));
   const std::size_t len = write_payload(_payload, _o.size, k / topics, now);
@@ -242,15 +273,7 @@ void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexc
     sc.last_send_ns = now;
     if (!again) ++sc[ctr::sent];
   }
-  if (_o.via == publish_via::admin) {
-    _inflight.push_back(k);
-    const std::string body = make_publish_body(topic, payload);
-    _out.append("POST /publish HTTP/1.1\r\nHost: ").append(_o.admin_host);
-    _out.append("\r\nContent-Type: application/json\r\nContent-Length: ").append(std::to_string(body.size()));
-    if (!_o.api_key.empty()) _out.append("\r\nAuthorization: Bearer ").append(_o.api_key);
-    _out.append("\r\n\r\n").append(body);
-    return;
-  }
+  if (_o.via == publish_via::admin) return make_publish_body(topic, payload);
   const std::string pub = _o.proto == protocol::pubsub ? make_pub(topic, payload) : std::string(payload);
   const std::size_t at = _out.size();
   _out.resize(at + proto::max_frame_header_size + pub.size());
@@ -262,6 +285,7 @@ void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexc
   std::memcpy(bytes + h, pub.data(), pub.size());
   proto::apply_mask(std::span<std::uint8_t>(bytes + h, pub.size()), mask, 0);
   _out.resize(at + h + pub.size());
+  return {};
 }
 
 /// Writes what is queued; false when the connection was lost.
@@ -351,20 +375,23 @@ void publisher::on_readable() noexcept {
 /// it twice); it is counted, and so is its loss if it never arrives.
 void publisher::on_response(int status) noexcept {
   std::uint64_t k = 0;
+  std::uint32_t n = 1;
   if (!_inflight.empty()) {
-    k = _inflight.front();
+    std::tie(k, n) = _inflight.front();
     _inflight.pop_front();
   }
+  // A batch is 200 unless every line was refused (503, Retry-After: each is sent again) or the
+  // request failed as a whole; a line that failed alone shows as loss.
   if (status == 200) return;
   if (status == 503) {
-    ++_c[ctr::publish_retries];
-    _retry.emplace_back(k, now_ns() + 1'000'000'000);
+    _c[ctr::publish_retries] += n;
+    for (std::uint32_t j = 0; j < n; ++j) _retry.emplace_back(k + j, now_ns() + 1'000'000'000);
     return;
   }
   if (status == 504) {
-    ++_c[ctr::publish_unknown];
+    _c[ctr::publish_unknown] += n;
   } else {
-    ++_c[ctr::publish_errors];
+    _c[ctr::publish_errors] += n;
   }
   if (_c.first_status == 0) _c.first_status = status;
 }
@@ -374,7 +401,7 @@ void publisher::lose_connection() noexcept {
   if (_fd < 0) return;
   ::close(_fd);
   _fd = -1;
-  _c[ctr::publish_errors] += _inflight.size();
+  for (const auto& r : _inflight) _c[ctr::publish_errors] += r.second;
   _inflight.clear();
   if (_out_off < _out.size() && _o.via == publish_via::ws) ++_c[ctr::publish_errors];   // a partly sent batch
   _out.clear();

@@ -61,7 +61,8 @@ private:
   bool connect(std::uint64_t deadline) noexcept;
   bool upgrade(std::uint64_t deadline) noexcept;
   void fill(std::uint64_t now) noexcept;
-  void encode_one(std::uint64_t k, std::uint64_t now, bool again = false) noexcept;
+  void encode_request(std::uint64_t first, std::uint32_t count, bool again) noexcept;
+  std::string encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept;
   void on_response(int status) noexcept;
   bool flush() noexcept;
   void on_readable() noexcept;
@@ -89,7 +90,9 @@ private:
   std::uint64_t _step_end = 0;    ///< the first message number past it
   std::uint64_t _pause_until = 0; ///< its pause ends then (0: not in its pause)
   std::vector<counters> _step_c;  ///< per step: sent, first and last send
-  std::deque<std::uint64_t> _inflight;  ///< admin: the message number of each request sent and not answered, in order
+  /// admin: each request sent and not answered, in order: its first message number and count
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> _inflight;
+  std::string _body;              ///< admin: the request body being encoded
   /// admin: publishes answered 503 (nothing was published), sent again with the same number
   /// when due (Retry-After), so a refusal leaves no gap for the subscribers to count
   std::deque<std::pair<std::uint64_t, std::uint64_t>> _retry;  ///< (number, due ns)

@@ -94,6 +94,7 @@ def run(a, binary: str, bus: bool) -> None:
                 time.sleep(0.05)
             events = a.mailboxes * a.events_per_mailbox
             c0 = redis_cpu(r) if r else 0.0
+            stats0 = r.info("commandstats") if r else {}
             lg = subprocess.Popen(["taskset", "-c", a.client_cpu, a.loadgen, "mailboxes", "--url", f"ws://127.0.0.1:{port}/ws",
                                    "--admin", f"http://127.0.0.1:{aport}", "--connections", str(a.mailboxes),
                                    "--messages", str(events), "--procs", "2", "--server-pid", str(srv.pid), "--json",
@@ -111,7 +112,8 @@ def run(a, binary: str, bus: bool) -> None:
                 time.sleep(0.01)
             stdout, stderr = lg.communicate()
             c1 = redis_cpu(r) if r else 0.0
-            calls = r.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0) if r else 0
+            stats1 = r.info("commandstats") if r else {}
+            calls = stats1.get("cmdstat_fcall", {}).get("calls", 0) if r else 0
         finally:
             srv.send_signal(signal.SIGTERM)
             srv.wait(timeout=60)
@@ -129,6 +131,17 @@ def run(a, binary: str, bus: bool) -> None:
                 line += f", {1e6 * (last[0] - first[0]) / events:.1f} in the publish window"
             line += f", {calls} FCALLs"
         print(line, flush=True)
+        if bus:
+            # Where Redis's time went, by command (INFO commandstats; the commands a function runs
+            # are counted on their own too, and inside FCALL's time).
+            spent = []
+            for k, v in stats1.items():
+                before = stats0.get(k, {})
+                dc, du = v["calls"] - before.get("calls", 0), v["usec"] - before.get("usec", 0)
+                if dc:
+                    spent.append((du, k.removeprefix("cmdstat_"), dc))
+            print("    Redis commands: " + ", ".join(f"{name} {n} calls {du / events:.2f} us/publish" for du, name, n
+                                                     in sorted(spent, reverse=True)[:8]), flush=True)
         if first and last:
             for t, (v, nv) in sorted(last[1].items()):
                 if t in first[1] and (v - first[1][t][0] or nv - first[1][t][1]):

@@ -14,6 +14,11 @@ connections) it starts a fresh Redis and fresh nodes, then:
              event, Redis CPU.
 At the largest step also:
   fanout     every connection holds one topic: one publish, latency to the last subscriber.
+  capacity   every connection holds its mailbox; the mailbox publish rate rises step by step
+             (--capacity-rates, each for --capacity-step-seconds, then a pause so what was sent
+             arrives): per rate, events delivered, loss, duplicates, latency p50/p99/max, and the
+             CPU of the nodes, the publishing node, Redis and the load generator (cores busy and
+             µs per event); the highest rate that held (0 lost, p99 <= --capacity-p99-ms).
   storm      one topic, published at --storm-rate/s; mid-run every node drains (SIGTERM, 1001) and a
              fresh one takes its place; every client resumes with since: time until all are back,
              and loss (0 inside the history window).
@@ -26,6 +31,7 @@ misdelivered.
 
   loadgen/scenarios/million.py                                     # 100k, 250k, 500k, 1M
   loadgen/scenarios/million.py --steps 50000 --nodes 3             # the CI smoke version
+  loadgen/scenarios/million.py --steps 1000000 --phases capacity     # the capacity curve at a million
 """
 import argparse, json, math, os, re, resource, shutil, signal, subprocess, sys, tempfile
 import threading, time, urllib.request
@@ -430,7 +436,7 @@ class Experiment:
         self.lg = None
         self.tripped = None
         self.results = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                        "machine": machine(), "steps": [], "fanout": None, "storm": None}
+                        "machine": machine(), "steps": [], "fanout": None, "capacity": None, "storm": None}
 
     def trip(self, reason):
         self.tripped = reason
@@ -581,6 +587,102 @@ class Experiment:
             f"{f['latency_us']['max'] / 1000:.1f} ms")
         return f
 
+    def capacity(self, n):
+        """The mailbox publish rate raised step by step with all n connections held."""
+        rates = [float(r) for r in self.a.capacity_rates.split(",") if r]
+        nodes, procs = self.begin(n)
+        log(f"capacity at {n:,}: {nodes} nodes; rates {', '.join(f'{r:,.0f}' for r in rates)}/s, "
+            f"{self.a.capacity_step_seconds:.0f} s each")
+        self.lg = Loadgen(self.a, self.loadgen_argv(
+            "mailboxes", n, procs,
+            ["--publish-steps", ",".join(f"{r:g}" for r in rates), "--step-seconds", str(self.a.capacity_step_seconds),
+             "--step-pause", str(self.a.capacity_step_pause), "--pipeline", str(self.a.pipeline),
+             "--publish-batch", str(self.a.capacity_batch),
+             "--hold", str(self.a.hold)]), self.workdir, f"capacity-{n}")
+        self.await_connected(self.lg, n, f"capacity {n:,}")
+        # CPU of everything, sampled through the run (CLOCK_MONOTONIC, the load generator's clock
+        # for its steps' send times).
+        samples = []
+        idle = []
+        last_print = time.monotonic()
+        while self.lg.p.poll() is None:
+            self.check()
+            if time.monotonic() - last_print >= self.a.progress_every:
+                last_print = time.monotonic()
+                log(f"  capacity: {self.lg.sent:,} published, {self.lg.delivered:,} delivered")
+            c = self.cluster.sample()
+            c["lg_cpu"] = sum(cpu_s(p) for p in self.lg.pids())
+            samples.append(c)
+            if self.lg.sent == 0 and self.lg.ready >= n:  # all held, nothing published yet: pings only
+                idle.append(c)
+            time.sleep(0.5)
+        r = self.lg.result(60)
+        self.lg = None
+        self.end()
+
+        def at(t):
+            """The sample nearest before t (or the first)."""
+            best = samples[0]
+            for c in samples:
+                if c["t"] <= t:
+                    best = c
+            return best
+
+        def idle_rate(key):
+            """CPU seconds per second while all were held and nothing published (pings, timers)."""
+            if len(idle) < 2:
+                return 0.0
+            return (idle[-1][key] - idle[0][key]) / max(idle[-1]["t"] - idle[0]["t"], 1e-9)
+
+        base = {k: idle_rate(k) for k in ("node_cpu", "pub_cpu", "redis_cpu", "lg_cpu")}
+        out = []
+        for k, st in enumerate(r.get("steps", [])):
+            # The step's window: its first send until the next step's first send (the pause, when
+            # what it sent arrives, included); the last step's until its last send and the pause.
+            t0 = st["first_send_s"]
+            nxt = r["steps"][k + 1]["first_send_s"] if k + 1 < len(r["steps"]) else 0
+            t1 = nxt if nxt > t0 else st["last_send_s"] + self.a.capacity_step_pause
+            a, b = at(t0), at(t1)
+            dt = max(b["t"] - a["t"], 1e-9)
+            ev = max(st["sent"], 1)
+            lat = st["latency_us"]
+            row = {
+                "rate": st["rate"], "achieved_rate": st["sent"] / st["publish_s"] if st["publish_s"] > 0 else 0,
+                "sent": st["sent"], "delivered": st["delivered"], "loss": st["loss"], "duplicates": st["duplicates"],
+                "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "max_ms": lat["max"] / 1000,
+                "window_s": dt,
+                "nodes_cores": (b["node_cpu"] - a["node_cpu"]) / dt,
+                "pub_node_cores": (b["pub_cpu"] - a["pub_cpu"]) / dt,
+                "redis_cores": (b["redis_cpu"] - a["redis_cpu"]) / dt,
+                "loadgen_cores": (b["lg_cpu"] - a["lg_cpu"]) / dt,
+                # Per event: what the step cost above the idle rate (held connections' pings and
+                # timers, Redis's own cron), as the mailboxes phase counts it.
+                "nodes_us_per_event": (b["node_cpu"] - a["node_cpu"] - base["node_cpu"] * dt) / ev * 1e6,
+                "pub_node_us_per_event": (b["pub_cpu"] - a["pub_cpu"] - base["pub_cpu"] * dt) / ev * 1e6,
+                "redis_us_per_event": (b["redis_cpu"] - a["redis_cpu"] - base["redis_cpu"] * dt) / ev * 1e6,
+                "loadgen_us_per_event": (b["lg_cpu"] - a["lg_cpu"] - base["lg_cpu"] * dt) / ev * 1e6,
+            }
+            # Held: everything arrived once, in time, and the rate asked was the rate published
+            # (a publisher held back by the answers' latency offers less than asked).
+            row["held"] = (row["loss"] == 0 and row["duplicates"] == 0 and row["sent"] == st["messages"]
+                           and row["p99_ms"] <= self.a.capacity_p99_ms and row["achieved_rate"] >= 0.95 * row["rate"])
+            out.append(row)
+            log(f"  {row['rate']:,.0f}/s (achieved {row['achieved_rate']:,.0f}/s): {row['delivered']:,}/{row['sent']:,} "
+                f"delivered, loss {row['loss']}, duplicates {row['duplicates']}, p50 {row['p50_ms']:.2f} p99 "
+                f"{row['p99_ms']:.2f} max {row['max_ms']:.2f} ms; cores busy: nodes {row['nodes_cores']:.2f} (publishing "
+                f"node {row['pub_node_cores']:.2f}), Redis {row['redis_cores']:.2f}, load generator "
+                f"{row['loadgen_cores']:.2f}; µs/event: nodes {row['nodes_us_per_event']:.1f}, Redis "
+                f"{row['redis_us_per_event']:.1f}, load generator {row['loadgen_us_per_event']:.1f}"
+                f"{'' if row['held'] else '  <- did not hold'}")
+        held = [x["rate"] for x in out if x["held"]]
+        c = {"connections": n, "nodes": nodes, "up": r["counters"]["ready"], "idle_cores": base,
+             "step_seconds": self.a.capacity_step_seconds, "p99_bound_ms": self.a.capacity_p99_ms, "steps": out,
+             "highest_held": max(held) if held else 0, "loss": r["loss"], "ok": r["ok"], "problems": r["problems"]}
+        self.results["capacity"] = c
+        log(f"capacity: the highest rate that held (0 lost, p99 <= {self.a.capacity_p99_ms:g} ms): "
+            f"{c['highest_held']:,.0f}/s")
+        return c
+
     def storm(self, n):
         drain = self.a.storm_drain_seconds or max(self.a.drain_seconds, math.ceil(n / self.a.connect_rate))
         nodes, procs = self.begin(n, drain)
@@ -661,6 +763,17 @@ def markdown(res):
         out += ["", f"Fan-out to all ({f['up']:,} connections, one topic, one publish): {f['delivered']:,}/"
                 f"{f['expected']:,} delivered, loss {f['loss']}; p50 {f['latency_us']['p50'] / 1000:.1f} ms, p99 "
                 f"{f['latency_us']['p99'] / 1000:.1f} ms, last subscriber {f['latency_us']['max'] / 1000:.1f} ms."]
+    if res.get("capacity"):
+        c = res["capacity"]
+        out += ["", f"Capacity ({c['up']:,} connections held, {c['nodes']} nodes, each rate for {c['step_seconds']:g} s): "
+                f"the highest rate that held (0 lost, p99 <= {c['p99_bound_ms']:g} ms) is {c['highest_held']:,.0f} events/s.", "",
+                "| rate asked (achieved) /s | delivered/sent | loss / dup | p50 / p99 / max ms | cores busy: nodes (publishing node) / Redis / loadgen "
+                "| µs per event: nodes / Redis / loadgen |", "|---|---|---|---|---|---|"]
+        for x in c["steps"]:
+            out.append(f"| {x['rate']:,.0f} ({x['achieved_rate']:,.0f}) | {x['delivered']:,}/{x['sent']:,} | {x['loss']} / {x['duplicates']} "
+                       f"| {x['p50_ms']:.2f} / {x['p99_ms']:.2f} / {x['max_ms']:.2f} "
+                       f"| {x['nodes_cores']:.2f} ({x['pub_node_cores']:.2f}) / {x['redis_cores']:.2f} / {x['loadgen_cores']:.2f} "
+                       f"| {x['nodes_us_per_event']:.1f} / {x['redis_us_per_event']:.1f} / {x['loadgen_us_per_event']:.1f} |")
     if res["storm"]:
         s = res["storm"]
         out += ["", f"Reconnect storm ({s['up']:,} connections, {s['nodes']} nodes drained over {s['drain_seconds']} s and replaced): "
@@ -677,7 +790,7 @@ def parse_args():
     p.add_argument("--steps", default="100000,250000,500000,1000000",
                    help="connection counts, each a fresh run (default 100000,250000,500000,1000000)")
     p.add_argument("--phases", default="mailboxes,fanout,storm",
-                   help="what to run: mailboxes at every step; fanout and storm at the largest")
+                   help="what to run: mailboxes at every step; fanout, capacity and storm at the largest")
     p.add_argument("--nodes", type=int, default=0, help="wspush processes (default: one per --per-node)")
     p.add_argument("--per-node", type=int, default=17_000,
                    help="connections per wspush process; below the 20,000 open files a process may hold, "
@@ -686,7 +799,8 @@ def parse_args():
     p.add_argument("--server", default="build/server/wspush")
     p.add_argument("--loadgen", default="build/loadgen/wspush-loadgen")
     p.add_argument("--hold", type=float, default=8, help="seconds all connections are held before publishing")
-    p.add_argument("--pipeline", type=int, default=128, help="admin publishes in flight")
+    p.add_argument("--pipeline", type=int, default=128, help="admin publish requests in flight (the node takes 64 of "
+                   "one connection at once)")
     p.add_argument("--ping-interval", type=int, default=120,
                    help="the nodes' keepalive interval (default 120: at a million, 30 s is 33,000 pings/s, and "
                         "here the clients answering them share the two cores)")
@@ -701,6 +815,15 @@ def parse_args():
                    help="connections opened per second (paced: the nodes' upgrade timeout must not fire under "
                         "load); the connect deadline is twice what it needs plus a minute")
     p.add_argument("--publish-rate", type=float, default=5000, help="mailboxes: publishes per second")
+    p.add_argument("--capacity-rates", default="5000,10000,15000,20000,25000,30000,35000",
+                   help="capacity: the mailbox publish rates, in order")
+    p.add_argument("--capacity-step-seconds", type=float, default=10, help="capacity: publishing time per rate")
+    p.add_argument("--capacity-step-pause", type=float, default=4,
+                   help="capacity: pause after each rate, so what it sent arrives before the next")
+    p.add_argument("--capacity-batch", type=int, default=16,
+                   help="capacity: events per admin request (POST /publish/batch); a backend publishing tens "
+                        "of thousands per second batches, and one connection's pipeline holds 64 requests")
+    p.add_argument("--capacity-p99-ms", type=float, default=100, help="capacity: a rate holds with p99 at most this")
     p.add_argument("--timeout", type=float, default=600, help="loadgen: bound on each publishing phase")
     p.add_argument("--memory-floor-gib", type=float, default=1.5,
                    help="stop everything when MemAvailable falls below this")
@@ -744,6 +867,9 @@ def main():
         if "fanout" in phases:
             f = exp.fanout(top)
             ok &= f["ok"] and f["loss"] == 0
+        if "capacity" in phases:
+            c = exp.capacity(top)
+            ok &= c["ok"] and c["loss"] == 0
         if "storm" in phases:
             s = exp.storm(top)
             ok &= s["ok"] and s["loss"] == 0 and s["duplicates"] == 0
