@@ -8,7 +8,7 @@ generator's figure over its publish phase), latency p50/p99, what was delivered,
 doubled; on the Redis bus also Redis's CPU per publish over the whole run and over the
 publish window (INFO cpu), the FCALLs it ran, and the context switches of each node thread in
 the publish window (/proc). The node is pinned to --node-cpu with --threads 1; the load
-generator and Redis share --client-cpu.
+generator and Redis share --client-cpu (or Redis gets --redis-cpu).
 
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush
   loadgen/scenarios/bus_vs_embedded.py --wspush /path/to/before/wspush --wspush build/server/wspush --rounds 2
@@ -78,7 +78,7 @@ def run(a, binary: str, bus: bool) -> None:
     extra = []
     try:
         if bus:
-            rs = RedisServer(persistent=False, cpu=a.client_cpu,
+            rs = RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
                              extra=("--stream-node-max-bytes", str(a.node_bytes))).start()
             r = redis.Redis(port=rs.port)
             extra = ["--bus", rs.url]
@@ -162,6 +162,7 @@ def main() -> None:
     p.add_argument("--node-bytes", type=int, default=4096, help="Redis's stream-node-max-bytes")
     p.add_argument("--node-cpu", default="0")
     p.add_argument("--client-cpu", default="1")
+    p.add_argument("--redis-cpu", default="", help="where redis-server runs (default: --client-cpu)")
     a = p.parse_args()
     for _ in range(a.rounds):
         for binary in a.wspush:

@@ -75,6 +75,13 @@ def sockstat():
     return 0, 0
 
 
+def machine_busy_s():
+    """CPU seconds the whole machine spent not idle (user, system, interrupts, steal), all cores."""
+    f = open("/proc/stat").readline().split()[1:]
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f[:8])
+    return (user + nice + system + irq + softirq + steal) / TICK
+
+
 def rss(pid):
     try:
         for line in open(f"/proc/{pid}/status"):
@@ -612,6 +619,7 @@ class Experiment:
                 log(f"  capacity: {self.lg.sent:,} published, {self.lg.delivered:,} delivered")
             c = self.cluster.sample()
             c["lg_cpu"] = sum(cpu_s(p) for p in self.lg.pids())
+            c["machine_cpu"] = machine_busy_s()
             samples.append(c)
             if self.lg.sent == 0 and self.lg.ready >= n:  # all held, nothing published yet: pings only
                 idle.append(c)
@@ -634,7 +642,7 @@ class Experiment:
                 return 0.0
             return (idle[-1][key] - idle[0][key]) / max(idle[-1]["t"] - idle[0]["t"], 1e-9)
 
-        base = {k: idle_rate(k) for k in ("node_cpu", "pub_cpu", "redis_cpu", "lg_cpu")}
+        base = {k: idle_rate(k) for k in ("node_cpu", "pub_cpu", "redis_cpu", "lg_cpu", "machine_cpu")}
         out = []
         for k, st in enumerate(r.get("steps", [])):
             # The step's window: its first send until the next step's first send (the pause, when
@@ -655,6 +663,9 @@ class Experiment:
                 "pub_node_cores": (b["pub_cpu"] - a["pub_cpu"]) / dt,
                 "redis_cores": (b["redis_cpu"] - a["redis_cpu"]) / dt,
                 "loadgen_cores": (b["lg_cpu"] - a["lg_cpu"]) / dt,
+                # Everything, the kernel's softirq work for loopback TCP included (not charged to
+                # any process): what is left of the machine's cores.
+                "machine_cores": (b["machine_cpu"] - a["machine_cpu"]) / dt,
                 # Per event: what the step cost above the idle rate (held connections' pings and
                 # timers, Redis's own cron), as the mailboxes phase counts it.
                 "nodes_us_per_event": (b["node_cpu"] - a["node_cpu"] - base["node_cpu"] * dt) / ev * 1e6,
@@ -671,7 +682,7 @@ class Experiment:
                 f"delivered, loss {row['loss']}, duplicates {row['duplicates']}, p50 {row['p50_ms']:.2f} p99 "
                 f"{row['p99_ms']:.2f} max {row['max_ms']:.2f} ms; cores busy: nodes {row['nodes_cores']:.2f} (publishing "
                 f"node {row['pub_node_cores']:.2f}), Redis {row['redis_cores']:.2f}, load generator "
-                f"{row['loadgen_cores']:.2f}; µs/event: nodes {row['nodes_us_per_event']:.1f}, Redis "
+                f"{row['loadgen_cores']:.2f}, the machine {row['machine_cores']:.2f}; µs/event: nodes {row['nodes_us_per_event']:.1f}, Redis "
                 f"{row['redis_us_per_event']:.1f}, load generator {row['loadgen_us_per_event']:.1f}"
                 f"{'' if row['held'] else '  <- did not hold'}")
         held = [x["rate"] for x in out if x["held"]]
@@ -767,12 +778,12 @@ def markdown(res):
         c = res["capacity"]
         out += ["", f"Capacity ({c['up']:,} connections held, {c['nodes']} nodes, each rate for {c['step_seconds']:g} s): "
                 f"the highest rate that held (0 lost, p99 <= {c['p99_bound_ms']:g} ms) is {c['highest_held']:,.0f} events/s.", "",
-                "| rate asked (achieved) /s | delivered/sent | loss / dup | p50 / p99 / max ms | cores busy: nodes (publishing node) / Redis / loadgen "
+                "| rate asked (achieved) /s | delivered/sent | loss / dup | p50 / p99 / max ms | cores busy: nodes (publishing node) / Redis / loadgen / machine "
                 "| µs per event: nodes / Redis / loadgen |", "|---|---|---|---|---|---|"]
         for x in c["steps"]:
             out.append(f"| {x['rate']:,.0f} ({x['achieved_rate']:,.0f}) | {x['delivered']:,}/{x['sent']:,} | {x['loss']} / {x['duplicates']} "
                        f"| {x['p50_ms']:.2f} / {x['p99_ms']:.2f} / {x['max_ms']:.2f} "
-                       f"| {x['nodes_cores']:.2f} ({x['pub_node_cores']:.2f}) / {x['redis_cores']:.2f} / {x['loadgen_cores']:.2f} "
+                       f"| {x['nodes_cores']:.2f} ({x['pub_node_cores']:.2f}) / {x['redis_cores']:.2f} / {x['loadgen_cores']:.2f} / {x.get('machine_cores', 0):.2f} "
                        f"| {x['nodes_us_per_event']:.1f} / {x['redis_us_per_event']:.1f} / {x['loadgen_us_per_event']:.1f} |")
     if res["storm"]:
         s = res["storm"]
