@@ -146,7 +146,7 @@ int publisher::run() noexcept {
 }
 
 bool publisher::finished() const noexcept {
-  return _next >= _o.messages && _out_off == _out.size() && _inflight.empty() && _retry.empty();
+  return _next >= _o.messages && _out_off == _out.size() && _inflight.empty() && _retry.empty() && !_last_pause;
 }
 
 void publisher::publish_loop() noexcept {
@@ -173,6 +173,7 @@ void publisher::publish_loop() noexcept {
     const bool can_add = _next < _o.messages && !_want_out &&
                          (_o.via == publish_via::ws || _inflight.size() < _o.pipeline);
     if (can_add) wake = std::min(wake, now + pace(now));
+    else if (_last_pause || (_next >= _o.messages && !_step_c.empty() && _pause_until == 0)) wake = std::min(wake, now + pace(now));
     if (!_retry.empty() && !_want_out) wake = std::min(wake, std::max(now, _retry.front().second));
     epoll_event events[8];
     const int n = epoll_wait(_ep, events, 8, wake <= now ? 0 : static_cast<int>((wake - now + 999'999) / 1'000'000));
@@ -194,7 +195,14 @@ void publisher::publish_loop() noexcept {
 /// A step ends when its last message is sent; its pause counts from then, and the next step's
 /// rate from the pause's end.
 std::uint64_t publisher::pace(std::uint64_t now) noexcept {
-  if (_next < _step_end || _step + 1 >= _o.step_rates.size()) return _limit.wait_ns(now);
+  if (_next < _step_end) return _limit.wait_ns(now);
+  if (_step + 1 >= _o.step_rates.size()) {
+    // The last step pauses too before the run ends: its window closes before the connections do.
+    if (_step_c.empty()) return _limit.wait_ns(now);
+    if (_pause_until == 0) _pause_until = now + seconds_to_ns(_o.step_pause);
+    _last_pause = now < _pause_until;
+    return _last_pause ? _pause_until - now : 0;
+  }
   if (_pause_until == 0) _pause_until = now + seconds_to_ns(_o.step_pause);
   if (now < _pause_until) return _pause_until - now;
   _pause_until = 0;

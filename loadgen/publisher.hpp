@@ -89,6 +89,7 @@ private:
   std::size_t _step = 0;          ///< --publish-steps: the step under way
   std::uint64_t _step_end = 0;    ///< the first message number past it
   std::uint64_t _pause_until = 0; ///< its pause ends then (0: not in its pause)
+  bool _last_pause = false;       ///< in the last step's pause: the run is not finished yet
   std::vector<counters> _step_c;  ///< per step: sent, first and last send
   /// admin: each request sent and not answered, in order: its first message number and count
   std::deque<std::pair<std::uint64_t, std::uint32_t>> _inflight;
