@@ -438,6 +438,7 @@ int parent::finish(run_result& r) {
     if (k < _agg.steps().size()) {
       const step_total& t = _agg.steps()[k];
       st.sent = t.c[ctr::sent];
+      st.expected = t.c[ctr::expected];
       st.delivered = t.c[ctr::unique];
       st.duplicates = t.c[ctr::duplicates];
       st.first_send_ns = t.c.first_send_ns;

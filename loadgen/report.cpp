@@ -81,10 +81,11 @@ void print_text(std::FILE* out, const run_result& r) {
   latency_line(out, "latency", *r.latency);
   if (r.cpu_per_delivery_us() >= 0) std::fprintf(out, "  server CPU %.3f µs per delivery\n", r.cpu_per_delivery_us());
   for (const step_result& st : r.steps) {
-    std::fprintf(out, "  step %.0f/s: %llu sent in %.2f s, %llu delivered, loss %llu, duplicates %llu, latency p50 %.2f ms "
+    std::fprintf(out, "  step %.0f/s: %llu sent in %.2f s, %llu of %llu delivered, loss %llu, duplicates %llu, latency p50 %.2f ms "
                  "p99 %.2f ms max %.2f ms\n", st.rate, static_cast<unsigned long long>(st.sent), st.publish_s(),
-                 static_cast<unsigned long long>(st.delivered), static_cast<unsigned long long>(st.loss()),
-                 static_cast<unsigned long long>(st.duplicates), us(st.latency->quantile(0.5)) / 1e3,
+                 static_cast<unsigned long long>(st.delivered), static_cast<unsigned long long>(st.expected),
+                 static_cast<unsigned long long>(st.loss()), static_cast<unsigned long long>(st.duplicates),
+                 us(st.latency->quantile(0.5)) / 1e3,
                  us(st.latency->quantile(0.99)) / 1e3, us(st.latency->max()) / 1e3);
   }
   if (r.storm_back_s >= 0) {
@@ -125,11 +126,11 @@ void print_json(std::FILE* out, const run_result& r) {
   std::fprintf(out, "\"steps\":[");
   for (std::size_t k = 0; k < r.steps.size(); ++k) {
     const step_result& st = r.steps[k];
-    std::fprintf(out, "%s{\"rate\":%.3f,\"messages\":%llu,\"sent\":%llu,\"delivered\":%llu,\"loss\":%llu,"
+    std::fprintf(out, "%s{\"rate\":%.3f,\"messages\":%llu,\"sent\":%llu,\"expected\":%llu,\"delivered\":%llu,\"loss\":%llu,"
                  "\"duplicates\":%llu,\"publish_s\":%.3f,\"first_send_s\":%.6f,\"last_send_s\":%.6f,"
                  "\"latency_us\":{\"count\":%llu,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f}}",
                  k ? "," : "", st.rate, static_cast<unsigned long long>(st.messages), static_cast<unsigned long long>(st.sent),
-                 static_cast<unsigned long long>(st.delivered), static_cast<unsigned long long>(st.loss()),
+                 static_cast<unsigned long long>(st.expected), static_cast<unsigned long long>(st.delivered), static_cast<unsigned long long>(st.loss()),
                  static_cast<unsigned long long>(st.duplicates), st.publish_s(), static_cast<double>(st.first_send_ns) / 1e9,
                  static_cast<double>(st.last_send_ns) / 1e9, static_cast<unsigned long long>(st.latency->total()),
                  us(st.latency->quantile(0.5)), us(st.latency->quantile(0.99)), us(st.latency->max()));

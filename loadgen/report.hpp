@@ -21,14 +21,15 @@ struct step_result {
   double rate = 0;                 ///< asked, messages/s
   std::uint64_t messages = 0;      ///< the step's messages
   std::uint64_t sent = 0;
-  std::uint64_t delivered = 0;     ///< distinct, on checked connections
+  std::uint64_t expected = 0;      ///< deliveries due to the connections up when publishing began
+  std::uint64_t delivered = 0;     ///< distinct, on those connections
   std::uint64_t duplicates = 0;
   std::uint64_t first_send_ns = 0, last_send_ns = 0;   ///< CLOCK_MONOTONIC
   const histogram* latency = nullptr;
   [[nodiscard]] double publish_s() const noexcept {
     return last_send_ns > first_send_ns ? static_cast<double>(last_send_ns - first_send_ns) / 1e9 : 0;
   }
-  [[nodiscard]] std::uint64_t loss() const noexcept { return messages > delivered ? messages - delivered : 0; }
+  [[nodiscard]] std::uint64_t loss() const noexcept { return expected > delivered ? expected - delivered : 0; }
 };
 
 struct run_result {

@@ -274,6 +274,16 @@ void worker::start_go(std::uint64_t now) noexcept {
     c.checked = true;
     _c[ctr::expected] += wanted(i);
     ++_pending_checked;
+    // Each step expects the messages it sends to this connection's mailbox: message n goes to
+    // topic n % topics, so of a step's messages [from, to), those n with n % topics == t.
+    const std::uint64_t topics = _o.topic_count(), t = _first + i;
+    std::uint64_t from = 0;
+    for (std::size_t k = 0; k < _steps.size(); ++k) {
+      const std::uint64_t to = from + _o.step_messages(k);
+      auto upto = [&](std::uint64_t n) { return n / topics + (n % topics > t ? 1 : 0); };  // n' < n with n' % topics == t
+      _steps[k].c[ctr::expected] += upto(to) - upto(from);
+      from = to;
+    }
   }
   if (_o.sc == scenario::churn) _churn_limit = rate_limiter(_o.churn_rate / _o.procs, now, 16);
   if (_o.sc == scenario::reconnect_storm && _o.storm == storm_kind::client) {

@@ -606,24 +606,39 @@ class Experiment:
              "--step-pause", str(self.a.capacity_step_pause), "--pipeline", str(self.a.pipeline),
              "--publish-batch", str(self.a.capacity_batch),
              "--hold", str(self.a.hold)]), self.workdir, f"capacity-{n}")
-        self.await_connected(self.lg, n, f"capacity {n:,}")
-        # CPU of everything, sampled through the run (CLOCK_MONOTONIC, the load generator's clock
-        # for its steps' send times).
+        # CPU of everything, sampled from the start (CLOCK_MONOTONIC, the load generator's clock
+        # for its steps' send times): the load generator may start publishing before
+        # await_connected gives up on connections that never came.
         samples = []
-        idle = []
-        last_print = time.monotonic()
-        while self.lg.p.poll() is None:
-            self.check()
-            if time.monotonic() - last_print >= self.a.progress_every:
-                last_print = time.monotonic()
-                log(f"  capacity: {self.lg.sent:,} published, {self.lg.delivered:,} delivered")
-            c = self.cluster.sample()
-            c["lg_cpu"] = sum(cpu_s(p) for p in self.lg.pids())
-            c["machine_cpu"] = machine_busy_s()
-            samples.append(c)
-            if self.lg.sent == 0 and self.lg.ready >= n:  # all held, nothing published yet: pings only
-                idle.append(c)
-            time.sleep(0.5)
+        done = threading.Event()
+
+        def sampler():
+            while not done.is_set():
+                c = self.cluster.sample()
+                c["lg_cpu"] = sum(cpu_s(p) for p in self.lg.pids())
+                c["machine_cpu"] = machine_busy_s()
+                c["ready"], c["sent"] = self.lg.ready, self.lg.sent
+                samples.append(c)
+                done.wait(0.5)
+
+        th = threading.Thread(target=sampler, daemon=True)
+        th.start()
+        try:
+            self.await_connected(self.lg, n, f"capacity {n:,}")
+            last_print = time.monotonic()
+            while self.lg.p.poll() is None:
+                self.check()
+                if time.monotonic() - last_print >= self.a.progress_every:
+                    last_print = time.monotonic()
+                    log(f"  capacity: {self.lg.sent:,} published, {self.lg.delivered:,} delivered")
+                time.sleep(0.2)
+        finally:
+            done.set()
+            th.join(5)
+        # All held, nothing published yet: pings and timers only (the connections that came, once
+        # no more come).
+        held = max((c["ready"] for c in samples if c["sent"] == 0), default=0)
+        idle = [c for c in samples if c["sent"] == 0 and c["ready"] == held]
         r = self.lg.result(60)
         self.lg = None
         self.end()
@@ -656,7 +671,8 @@ class Experiment:
             lat = st["latency_us"]
             row = {
                 "rate": st["rate"], "achieved_rate": st["sent"] / st["publish_s"] if st["publish_s"] > 0 else 0,
-                "sent": st["sent"], "delivered": st["delivered"], "loss": st["loss"], "duplicates": st["duplicates"],
+                "sent": st["sent"], "expected": st["expected"], "delivered": st["delivered"], "loss": st["loss"],
+                "duplicates": st["duplicates"],
                 "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "max_ms": lat["max"] / 1000,
                 "window_s": dt,
                 "nodes_cores": (b["node_cpu"] - a["node_cpu"]) / dt,
@@ -678,7 +694,7 @@ class Experiment:
             row["held"] = (row["loss"] == 0 and row["duplicates"] == 0 and row["sent"] == st["messages"]
                            and row["p99_ms"] <= self.a.capacity_p99_ms and row["achieved_rate"] >= 0.95 * row["rate"])
             out.append(row)
-            log(f"  {row['rate']:,.0f}/s (achieved {row['achieved_rate']:,.0f}/s): {row['delivered']:,}/{row['sent']:,} "
+            log(f"  {row['rate']:,.0f}/s (achieved {row['achieved_rate']:,.0f}/s): {row['delivered']:,}/{row['expected']:,} "
                 f"delivered, loss {row['loss']}, duplicates {row['duplicates']}, p50 {row['p50_ms']:.2f} p99 "
                 f"{row['p99_ms']:.2f} max {row['max_ms']:.2f} ms; cores busy: nodes {row['nodes_cores']:.2f} (publishing "
                 f"node {row['pub_node_cores']:.2f}), Redis {row['redis_cores']:.2f}, load generator "
@@ -778,10 +794,10 @@ def markdown(res):
         c = res["capacity"]
         out += ["", f"Capacity ({c['up']:,} connections held, {c['nodes']} nodes, each rate for {c['step_seconds']:g} s): "
                 f"the highest rate that held (0 lost, p99 <= {c['p99_bound_ms']:g} ms) is {c['highest_held']:,.0f} events/s.", "",
-                "| rate asked (achieved) /s | delivered/sent | loss / dup | p50 / p99 / max ms | cores busy: nodes (publishing node) / Redis / loadgen / machine "
+                "| rate asked (achieved) /s | delivered/expected | loss / dup | p50 / p99 / max ms | cores busy: nodes (publishing node) / Redis / loadgen / machine "
                 "| µs per event: nodes / Redis / loadgen |", "|---|---|---|---|---|---|"]
         for x in c["steps"]:
-            out.append(f"| {x['rate']:,.0f} ({x['achieved_rate']:,.0f}) | {x['delivered']:,}/{x['sent']:,} | {x['loss']} / {x['duplicates']} "
+            out.append(f"| {x['rate']:,.0f} ({x['achieved_rate']:,.0f}) | {x['delivered']:,}/{x.get('expected', x['sent']):,} | {x['loss']} / {x['duplicates']} "
                        f"| {x['p50_ms']:.2f} / {x['p99_ms']:.2f} / {x['max_ms']:.2f} "
                        f"| {x['nodes_cores']:.2f} ({x['pub_node_cores']:.2f}) / {x['redis_cores']:.2f} / {x['loadgen_cores']:.2f} / {x.get('machine_cores', 0):.2f} "
                        f"| {x['nodes_us_per_event']:.1f} / {x['redis_us_per_event']:.1f} / {x['loadgen_us_per_event']:.1f} |")
