@@ -256,7 +256,6 @@ bool redis_bus::start(std::string& why) {
   bool fell_back = false;
   if (!_loop.start(false, -1, why, fell_back)) return false;  // epoll: it can watch the links' sockets
   _backlog.resize(_ports.size());
-  _offered.assign(_ports.size(), false);
   _pubs_done.resize(_ports.size());
   _running = true;
   _thread = std::thread([this] {
@@ -446,18 +445,9 @@ void redis_bus::on_turn() noexcept {
   // What the shards' inboxes refused before goes first, in order.
   for (std::size_t k = 0; k < _backlog.size(); ++k) {
     auto& b = _backlog[k];
-    while (!b.empty() && _ports[k]->offer(std::move(b.front()), false)) {
-      b.pop_front();
-      _offered[k] = true;
-    }
+    while (!b.empty() && _ports[k]->offer(std::move(b.front()), false)) b.pop_front();
   }
-  // Once per turn, and only the shards something was handed to (the loop turns on its own
-  // every tick: a shard woken then for nothing would cost each node a wake-up per tick).
-  for (std::size_t k = 0; k < _ports.size(); ++k) {
-    if (!_offered[k]) continue;
-    _offered[k] = false;
-    _ports[k]->wake();
-  }
+  for (pubsub::event_port* p : _ports) p->wake();
   _n.pending.set(_pending.size());
   flush_settled();  // what the replies read in this turn, and the requests taken, settled
 }
@@ -1417,10 +1407,7 @@ void redis_bus::offer_at(const pool::frame_ref& frame, std::size_t topic_offset,
 void redis_bus::offer(std::uint32_t shard, pubsub::event&& e) noexcept {
   if (shard >= _ports.size()) return;
   auto& b = _backlog[shard];
-  if (b.empty() && _ports[shard]->offer(std::move(e), false)) {
-    _offered[shard] = true;
-    return;
-  }
+  if (b.empty() && _ports[shard]->offer(std::move(e), false)) return;
   if (b.size() >= max_backlog && !e.reply) {
     _n.dropped.add();
     return;

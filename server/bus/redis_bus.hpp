@@ -255,7 +255,6 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   pool::buffer_pool& _buffers;
   std::vector<pubsub::event_port*> _ports;
   std::vector<std::deque<pubsub::event>> _backlog;  // per shard: what its inbox refused, in order
-  std::vector<bool> _offered;                       // per shard: handed something this turn (on_turn wakes it)
   std::vector<std::vector<std::uint64_t>> _pubs_done;  // per shard: clients' pubs Redis took this turn
   std::atomic<std::size_t> _pub_bytes{0};  // clients' pubs queued or sent, not yet answered (bytes)
   loop _loop;
