@@ -106,7 +106,7 @@ double parse_number(std::string_view name, std::string_view text, double lo, dou
   return value;
 }
 
-/// "R1,R2,...": rates above 0, at most 64 of them.
+/// "R1,R2,...": rates above 0, at most max_publish_steps of them.
 std::vector<double> parse_rates(std::string_view name, std::string_view text) {
   std::vector<double> out;
   while (!text.empty()) {
@@ -114,7 +114,9 @@ std::vector<double> parse_rates(std::string_view name, std::string_view text) {
     out.push_back(parse_number(name, text.substr(0, comma), 0.001, 1e8));
     text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
   }
-  if (out.empty() || out.size() > 64) fail(std::string(name) + " takes 1 to 64 rates, comma separated");
+  if (out.empty() || out.size() > max_publish_steps) {
+    fail(std::string(name) + " takes 1 to " + std::to_string(max_publish_steps) + " rates, comma separated");
+  }
   return out;
 }
 

@@ -18,6 +18,9 @@ enum class protocol : std::uint8_t { pubsub, broadcast };
 enum class publish_via : std::uint8_t { admin, ws };
 enum class storm_kind : std::uint8_t { client, server };
 
+/// At most this many --publish-steps (the parent refuses a step message past it).
+inline constexpr std::size_t max_publish_steps = 64;
+
 std::string_view scenario_name(scenario s) noexcept;
 
 /// Default wait between the last connection up and the first publish. The set-up leaves TCP
@@ -87,11 +90,13 @@ struct options {
   [[nodiscard]] std::uint32_t topic_count() const noexcept {
     return sc == scenario::mailboxes ? connections : 1;
   }
-  /// Messages the publisher sends to topic `t` (publishes go round robin over the topics).
-  [[nodiscard]] std::uint64_t messages_for(std::uint32_t t) const noexcept {
+  /// Messages the publisher sends to topic `t` (publishes go round robin over the topics), of
+  /// its first `sent` (all of them by default).
+  [[nodiscard]] std::uint64_t messages_for(std::uint32_t t, std::uint64_t sent) const noexcept {
     const std::uint32_t n = topic_count();
-    return messages / n + (t < messages % n ? 1 : 0);
+    return sent / n + (t < sent % n ? 1 : 0);
   }
+  [[nodiscard]] std::uint64_t messages_for(std::uint32_t t) const noexcept { return messages_for(t, messages); }
   /// Messages step k publishes (steps only).
   [[nodiscard]] std::uint64_t step_messages(std::size_t k) const noexcept;
   /// The step message number `n` (counted over all topics) belongs to; 0 without steps.

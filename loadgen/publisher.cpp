@@ -146,7 +146,14 @@ int publisher::run() noexcept {
 }
 
 bool publisher::finished() const noexcept {
-  return _next >= _o.messages && _out_off == _out.size() && _inflight.empty() && _retry.empty() && !_last_pause;
+  return _next >= _o.messages && _out_off == _out.size() && _inflight.empty() && _retry.empty() &&
+         !last_pause_pending(now_ns());
+}
+
+/// --publish-steps: every message is sent and the last step's pause has not run out (or not
+/// begun): the run is not over, so that the step's window closes before the connections do.
+bool publisher::last_pause_pending(std::uint64_t now) const noexcept {
+  return !_steps.empty() && _next >= _o.messages && (_pause_until == 0 || now < _pause_until);
 }
 
 void publisher::publish_loop() noexcept {
@@ -155,7 +162,7 @@ void publisher::publish_loop() noexcept {
   const bool steps = !_o.step_rates.empty();
   _limit = rate_limiter(steps ? _o.step_rates[0] : _o.publish_rate, start, 64);
   _step_end = steps ? _o.step_messages(0) : _o.messages;
-  _step_c.assign(_o.step_rates.size(), counters{});
+  _steps.resize(_o.step_rates.size());
   while (!finished() && !_cmd.report && !_cmd.quit && now_ns() < deadline) {
     std::uint64_t now = now_ns();
     if (_fd < 0 && !connect(now + 200'000'000)) continue;
@@ -172,8 +179,7 @@ void publisher::publish_loop() noexcept {
     std::uint64_t wake = std::min(_next_sample_ns, now + 100'000'000);
     const bool can_add = _next < _o.messages && !_want_out &&
                          (_o.via == publish_via::ws || _inflight.size() < _o.pipeline);
-    if (can_add) wake = std::min(wake, now + pace(now));
-    else if (_last_pause || (_next >= _o.messages && !_step_c.empty() && _pause_until == 0)) wake = std::min(wake, now + pace(now));
+    if (can_add || last_pause_pending(now)) wake = std::min(wake, now + pace(now));
     if (!_retry.empty() && !_want_out) wake = std::min(wake, std::max(now, _retry.front().second));
     epoll_event events[8];
     const int n = epoll_wait(_ep, events, 8, wake <= now ? 0 : static_cast<int>((wake - now + 999'999) / 1'000'000));
@@ -188,35 +194,24 @@ void publisher::publish_loop() noexcept {
   }
   for (const auto& r : _inflight) _c[ctr::publish_errors] += r.second;   // never answered within the bound
   _c[ctr::publish_errors] += _retry.size();                   // refused, and the bound ran out first
-  send_steps();
+  const std::string step_msgs = encode_steps(_index, _steps);
+  if (!write_all(_report, step_msgs.data(), step_msgs.size())) _exit(3);
 }
 
 /// Nanoseconds until the next message may go: the rate's wait, or the rest of a step's pause.
 /// A step ends when its last message is sent; its pause counts from then, and the next step's
 /// rate from the pause's end.
 std::uint64_t publisher::pace(std::uint64_t now) noexcept {
-  if (_next < _step_end) return _limit.wait_ns(now);
-  if (_step + 1 >= _o.step_rates.size()) {
-    // The last step pauses too before the run ends: its window closes before the connections do.
-    if (_step_c.empty()) return _limit.wait_ns(now);
-    if (_pause_until == 0) _pause_until = now + seconds_to_ns(_o.step_pause);
-    _last_pause = now < _pause_until;
-    return _last_pause ? _pause_until - now : 0;
-  }
+  if (_next < _step_end || _steps.empty()) return _limit.wait_ns(now);
   if (_pause_until == 0) _pause_until = now + seconds_to_ns(_o.step_pause);
   if (now < _pause_until) return _pause_until - now;
+  if (_step + 1 >= _o.step_rates.size()) return 0;  // the last step's pause is over: so is the run
   _pause_until = 0;
   _step_end += _o.step_messages(++_step);
   _limit = rate_limiter(_o.step_rates[_step], now, 64);
   return _limit.wait_ns(now);
 }
 
-void publisher::send_steps() noexcept {
-  for (std::size_t k = 0; k < _step_c.size(); ++k) {
-    const std::string msg = encode_msg(msg_kind::step, _index, static_cast<std::uint32_t>(k), _step_c[k], *_empty, *_empty);
-    if (!write_all(_report, msg.data(), msg.size())) _exit(3);
-  }
-}
 
 /// Encodes what is due, bounded so every timestamp is taken just before its bytes go out.
 void publisher::fill(std::uint64_t now) noexcept {
@@ -252,7 +247,7 @@ void publisher::encode_request(std::uint64_t first, std::uint32_t count, bool ag
     _body.clear();
     for (std::uint32_t k = 0; k < count; ++k) {
       if (k) _body.push_back('\n');
-      _body.append(encode_one(first + k, now_ns(), again));
+      encode_one(first + k, now_ns(), again);
     }
     _out.append(count == 1 ? "POST /publish HTTP/1.1\r\nHost: " : "POST /publish/batch HTTP/1.1\r\nHost: ").append(_o.admin_host);
     _out.append(count == 1 ? "\r\nContent-Type: application/json\r\nContent-Length: "
@@ -265,9 +260,9 @@ void publisher::encode_request(std::uint64_t first, std::uint32_t count, bool ag
   for (std::uint32_t k = 0; k < count; ++k) encode_one(first + k, now_ns(), again);
 }
 
-/// Message k, stamped `now`: admin, the publish body it returns; WebSocket, a frame appended to
-/// the output (returns empty).
-std::string publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept {
+/// Message k, stamped `now`: admin, its publish body appended to the request body; WebSocket,
+/// its frame appended to the output.
+void publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept {
   const std::uint32_t topics = _o.topic_count();
   const std::string topic = _o.topic_of(static_cast<std::uint32_t>(k % topics));
   const std::size_t len = write_payload(_payload, _o.size, k / topics, now);
@@ -275,13 +270,16 @@ std::string publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again
   if (_c.first_send_ns == 0) _c.first_send_ns = now;
   _c.last_send_ns = now;
   if (!again) ++_c[ctr::sent];
-  if (!_step_c.empty()) {
-    counters& sc = _step_c[_o.step_of(k)];
+  if (!_steps.empty()) {
+    counters& sc = _steps[_o.step_of(k)].c;
     if (sc.first_send_ns == 0) sc.first_send_ns = now;
     sc.last_send_ns = now;
     if (!again) ++sc[ctr::sent];
   }
-  if (_o.via == publish_via::admin) return make_publish_body(topic, payload);
+  if (_o.via == publish_via::admin) {
+    _body.append(make_publish_body(topic, payload));
+    return;
+  }
   const std::string pub = _o.proto == protocol::pubsub ? make_pub(topic, payload) : std::string(payload);
   const std::size_t at = _out.size();
   _out.resize(at + proto::max_frame_header_size + pub.size());
@@ -293,7 +291,6 @@ std::string publisher::encode_one(std::uint64_t k, std::uint64_t now, bool again
   std::memcpy(bytes + h, pub.data(), pub.size());
   proto::apply_mask(std::span<std::uint8_t>(bytes + h, pub.size()), mask, 0);
   _out.resize(at + h + pub.size());
-  return {};
 }
 
 /// Writes what is queued; false when the connection was lost.

@@ -62,16 +62,16 @@ private:
   bool upgrade(std::uint64_t deadline) noexcept;
   void fill(std::uint64_t now) noexcept;
   void encode_request(std::uint64_t first, std::uint32_t count, bool again) noexcept;
-  std::string encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept;
+  void encode_one(std::uint64_t k, std::uint64_t now, bool again) noexcept;
   void on_response(int status) noexcept;
   bool flush() noexcept;
   void on_readable() noexcept;
   void lose_connection() noexcept;
   void read_command() noexcept;
   void send_sample(msg_kind kind) noexcept;
-  void send_steps() noexcept;
   [[nodiscard]] std::uint64_t pace(std::uint64_t now) noexcept;
   [[nodiscard]] bool finished() const noexcept;
+  [[nodiscard]] bool last_pause_pending(std::uint64_t now) const noexcept;
   void publish_loop() noexcept;
 
   const options& _o;
@@ -89,11 +89,10 @@ private:
   std::size_t _step = 0;          ///< --publish-steps: the step under way
   std::uint64_t _step_end = 0;    ///< the first message number past it
   std::uint64_t _pause_until = 0; ///< its pause ends then (0: not in its pause)
-  bool _last_pause = false;       ///< in the last step's pause: the run is not finished yet
-  std::vector<counters> _step_c;  ///< per step: sent, first and last send
+  std::vector<step_total> _steps; ///< per step: sent, first and last send (no latency here)
   /// admin: each request sent and not answered, in order: its first message number and count
   std::deque<std::pair<std::uint64_t, std::uint32_t>> _inflight;
-  std::string _body;              ///< admin: the request body being encoded
+  std::string _body;              ///< admin: the request body being encoded (encode_one appends)
   /// admin: publishes answered 503 (nothing was published), sent again with the same number
   /// when due (Retry-After), so a refusal leaves no gap for the subscribers to count
   std::deque<std::pair<std::uint64_t, std::uint64_t>> _retry;  ///< (number, due ns)

@@ -1,6 +1,8 @@
 /// \file results.cpp
 #include "loadgen/results.hpp"
 
+#include "loadgen/options.hpp"
+
 #include <cstring>
 
 namespace wspush::loadgen {
@@ -48,6 +50,14 @@ std::string encode_msg(msg_kind kind, std::uint32_t child, std::uint32_t interva
   return out;
 }
 
+std::string encode_steps(std::uint32_t child, std::span<const step_total> steps) {
+  static const histogram none;
+  std::string out;
+  for (std::size_t k = 0; k < steps.size(); ++k)
+    out += encode_msg(msg_kind::step, child, static_cast<std::uint32_t>(k), steps[k].c, *steps[k].latency, none);
+  return out;
+}
+
 std::size_t frame_size(std::span<const std::uint8_t> buffered) noexcept {
   std::uint32_t len = 0;
   if (buffered.size() < sizeof(len)) return 0;
@@ -81,7 +91,7 @@ bool decode_msg(std::span<const std::uint8_t> frame, child_msg& out) noexcept {
 void aggregate::on_msg(const child_msg& m) {
   if (m.child >= _children || _final[m.child]) return;
   if (m.kind == msg_kind::step) {
-    if (m.interval >= 64) return;  // --publish-steps takes at most 64
+    if (m.interval >= max_publish_steps) return;
     if (_steps.size() <= m.interval) _steps.resize(m.interval + 1);
     _steps[m.interval].c.add(m.c);
     _steps[m.interval].latency->merge(*m.latency);

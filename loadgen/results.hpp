@@ -137,11 +137,15 @@ struct timeline_point {
   std::uint64_t p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0;   ///< ns
 };
 
-/// One step of --publish-steps, summed over the processes.
+/// One step of --publish-steps: what one process counted of it, or (the parent's) the sum over
+/// the processes.
 struct step_total {
   counters c{};
   std::unique_ptr<histogram> latency = std::make_unique<histogram>();
 };
+
+/// A process's step messages, one per step, back to back (sent before its final_result).
+std::string encode_steps(std::uint32_t child, std::span<const step_total> steps);
 
 /// The parent's sum over every process: totals, whole-run histograms and the time series.
 class aggregate {

@@ -72,11 +72,8 @@ void worker::send_sample(msg_kind kind) noexcept {
   _c[ctr::reordered] = _seq.reordered;
   _c[ctr::stale] = _seq.stale;
   if (kind == msg_kind::final_result) {
-    for (std::size_t k = 0; k < _steps.size(); ++k) {
-      const std::string msg = encode_msg(msg_kind::step, _index, static_cast<std::uint32_t>(k), _steps[k].c,
-                                         *_steps[k].latency, *_empty);
-      if (!write_all(_report, msg.data(), msg.size())) _exit(3);
-    }
+    const std::string steps = encode_steps(_index, _steps);
+    if (!write_all(_report, steps.data(), steps.size())) _exit(3);
   }
   const histogram& connect = kind == msg_kind::final_result ? *_connect : *_empty;
   const std::string msg = encode_msg(kind, _index, _interval_no, _c, *_interval, connect);
@@ -274,14 +271,12 @@ void worker::start_go(std::uint64_t now) noexcept {
     c.checked = true;
     _c[ctr::expected] += wanted(i);
     ++_pending_checked;
-    // Each step expects the messages it sends to this connection's mailbox: message n goes to
-    // topic n % topics, so of a step's messages [from, to), those n with n % topics == t.
-    const std::uint64_t topics = _o.topic_count(), t = _first + i;
+    // Each step expects what it sends to this connection's mailbox: of the messages up to its
+    // end, those not sent before it began.
     std::uint64_t from = 0;
     for (std::size_t k = 0; k < _steps.size(); ++k) {
       const std::uint64_t to = from + _o.step_messages(k);
-      auto upto = [&](std::uint64_t n) { return n / topics + (n % topics > t ? 1 : 0); };  // n' < n with n' % topics == t
-      _steps[k].c[ctr::expected] += upto(to) - upto(from);
+      _steps[k].c[ctr::expected] += _o.messages_for(_first + i, to) - _o.messages_for(_first + i, from);
       from = to;
     }
   }

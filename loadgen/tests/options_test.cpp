@@ -42,6 +42,12 @@ TEST_CASE("options: --publish-steps sets each step's messages and the total") {
   CHECK(o.step_of(200) == 1);
   CHECK(o.step_of(700) == 1);
   CHECK(o.step_of(100'000) == 1);  // past the end: the last step
+  // What each mailbox is owed of a step: message n goes to topic n % 10 (10 connections).
+  CHECK(o.messages_for(3, 23) == 2);   // 3, 13
+  CHECK(o.messages_for(3, 24) == 3);   // and 23
+  CHECK(o.messages_for(3, 200) - o.messages_for(3, 0) == 20);
+  CHECK(o.messages_for(9) == 70);      // 701 messages: 9, 19, ... 699
+  CHECK(o.messages_for(0) == 71);
 }
 
 TEST_CASE("options: --publish-steps refuses what it cannot run") {
