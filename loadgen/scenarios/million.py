@@ -657,7 +657,11 @@ class Experiment:
                 return 0.0
             return (idle[-1][key] - idle[0][key]) / max(idle[-1]["t"] - idle[0]["t"], 1e-9)
 
-        base = {k: idle_rate(k) for k in ("node_cpu", "pub_cpu", "redis_cpu", "lg_cpu", "machine_cpu")}
+        # Each side's CPU in a sample; "machine" is everything, the kernel's softirq work for
+        # loopback TCP included (charged to no process): what is left of the machine's cores.
+        sides = {"nodes": "node_cpu", "pub_node": "pub_cpu", "redis": "redis_cpu", "loadgen": "lg_cpu",
+                 "machine": "machine_cpu"}
+        base = {key: idle_rate(key) for key in sides.values()}
         out = []
         for k, st in enumerate(r.get("steps", [])):
             # The step's window: its first send until the next step's first send (the pause, when
@@ -675,20 +679,13 @@ class Experiment:
                 "duplicates": st["duplicates"],
                 "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "max_ms": lat["max"] / 1000,
                 "window_s": dt,
-                "nodes_cores": (b["node_cpu"] - a["node_cpu"]) / dt,
-                "pub_node_cores": (b["pub_cpu"] - a["pub_cpu"]) / dt,
-                "redis_cores": (b["redis_cpu"] - a["redis_cpu"]) / dt,
-                "loadgen_cores": (b["lg_cpu"] - a["lg_cpu"]) / dt,
-                # Everything, the kernel's softirq work for loopback TCP included (not charged to
-                # any process): what is left of the machine's cores.
-                "machine_cores": (b["machine_cpu"] - a["machine_cpu"]) / dt,
+            }
+            for name, key in sides.items():
+                used = b[key] - a[key]
+                row[f"{name}_cores"] = used / dt
                 # Per event: what the step cost above the idle rate (held connections' pings and
                 # timers, Redis's own cron), as the mailboxes phase counts it.
-                "nodes_us_per_event": (b["node_cpu"] - a["node_cpu"] - base["node_cpu"] * dt) / ev * 1e6,
-                "pub_node_us_per_event": (b["pub_cpu"] - a["pub_cpu"] - base["pub_cpu"] * dt) / ev * 1e6,
-                "redis_us_per_event": (b["redis_cpu"] - a["redis_cpu"] - base["redis_cpu"] * dt) / ev * 1e6,
-                "loadgen_us_per_event": (b["lg_cpu"] - a["lg_cpu"] - base["lg_cpu"] * dt) / ev * 1e6,
-            }
+                row[f"{name}_us_per_event"] = (used - base[key] * dt) / ev * 1e6
             # Held: everything arrived once, in time, and the rate asked was the rate published
             # (a publisher held back by the answers' latency offers less than asked).
             row["held"] = (row["loss"] == 0 and row["duplicates"] == 0 and row["sent"] == st["messages"]
@@ -797,9 +794,9 @@ def markdown(res):
                 "| rate asked (achieved) /s | delivered/expected | loss / dup | p50 / p99 / max ms | cores busy: nodes (publishing node) / Redis / loadgen / machine "
                 "| µs per event: nodes / Redis / loadgen |", "|---|---|---|---|---|---|"]
         for x in c["steps"]:
-            out.append(f"| {x['rate']:,.0f} ({x['achieved_rate']:,.0f}) | {x['delivered']:,}/{x.get('expected', x['sent']):,} | {x['loss']} / {x['duplicates']} "
+            out.append(f"| {x['rate']:,.0f} ({x['achieved_rate']:,.0f}) | {x['delivered']:,}/{x['expected']:,} | {x['loss']} / {x['duplicates']} "
                        f"| {x['p50_ms']:.2f} / {x['p99_ms']:.2f} / {x['max_ms']:.2f} "
-                       f"| {x['nodes_cores']:.2f} ({x['pub_node_cores']:.2f}) / {x['redis_cores']:.2f} / {x['loadgen_cores']:.2f} / {x.get('machine_cores', 0):.2f} "
+                       f"| {x['nodes_cores']:.2f} ({x['pub_node_cores']:.2f}) / {x['redis_cores']:.2f} / {x['loadgen_cores']:.2f} / {x['machine_cores']:.2f} "
                        f"| {x['nodes_us_per_event']:.1f} / {x['redis_us_per_event']:.1f} / {x['loadgen_us_per_event']:.1f} |")
     if res["storm"]:
         s = res["storm"]
