@@ -195,6 +195,16 @@ bool subbed_reports_lost(std::string_view msg) noexcept {
   return at != std::string_view::npos && at + 8 < msg.size() && msg[at + 8] != ']';
 }
 
+std::string_view subbed_position(std::string_view msg) noexcept {
+  // ,"at":{"TOPIC":"POSITION"}: neither a topic nor a position holds a quote.
+  const std::size_t at = msg.find(R"("at":{")");
+  if (at == std::string_view::npos) return {};
+  const std::size_t key_end = msg.find('"', at + 7);
+  if (key_end == std::string_view::npos || msg.substr(key_end, 3) != R"(":")") return {};
+  const std::size_t start = key_end + 3, end = msg.find('"', start);
+  return end == std::string_view::npos ? std::string_view{} : msg.substr(start, end - start);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const std::uint8_t* frame_reader::take_header(const std::uint8_t* p, const std::uint8_t* end, spill& s) noexcept {

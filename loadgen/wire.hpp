@@ -248,6 +248,8 @@ enum class server_msg : std::uint8_t { event, subbed, error, other };
 server_msg classify(std::string_view msg) noexcept;
 /// In a `subbed` reply: whether its `lost` list names anything.
 bool subbed_reports_lost(std::string_view msg) noexcept;
+/// In a `subbed` reply to a sub of one topic: the position its `at` gives it (empty: none).
+std::string_view subbed_position(std::string_view msg) noexcept;
 
 // ---------------------------------------------------------------------------------------------
 // Streaming reader for server frames (unmasked): several frames per read, a frame split over

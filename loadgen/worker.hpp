@@ -49,10 +49,11 @@ struct lg_conn {
 
 static_assert(sizeof(lg_conn) <= 64, "a connection's record fits a cache line");
 
-/// Id of the newest event a connection saw, for `since` when it reconnects (kept only in the
-/// scenarios that reconnect).
+/// Id of the newest event a connection saw (before the first, the position its `subbed` gave),
+/// for `since` when it reconnects (kept only in the scenarios that reconnect). Room for the
+/// longest Redis bus id: a 16-character epoch, ':', two 20-digit numbers and '-'.
 struct last_event_id {
-  std::array<char, 40> bytes{};
+  std::array<char, 58> bytes{};
   std::uint8_t len = 0;
 };
 

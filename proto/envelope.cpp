@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "proto/envelope.hpp"
 
 #include <simdjson.h>
@@ -363,10 +364,17 @@ std::size_t encode_event(std::string_view topic, std::string_view id, std::strin
 }
 
 std::size_t encode_subbed(std::span<const std::string_view> topics, std::span<const std::string_view> lost,
-                          std::span<char> out) noexcept {
+                          std::span<char> out, std::span<const std::string_view> at) noexcept {
   json_writer w(out);
-  w.raw("{\"op\":\"subbed\",\"topics\":").string_array(topics).raw(",\"lost\":").string_array(lost).raw("}");
-  return w.size();
+  w.raw("{\"op\":\"subbed\",\"topics\":").string_array(topics).raw(",\"lost\":").string_array(lost);
+  bool any = false;
+  for (std::size_t k = 0; k < std::min(topics.size(), at.size()); ++k) {
+    if (at[k].empty()) continue;
+    w.raw(any ? "," : ",\"at\":{").string(topics[k]).raw(":").string(at[k]);
+    any = true;
+  }
+  if (any) w.raw("}");
+  return w.raw("}").size();
 }
 
 std::size_t encode_unsubbed(std::span<const std::string_view> topics, std::span<char> out) noexcept {

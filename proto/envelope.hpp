@@ -150,9 +150,11 @@ constexpr std::size_t event_size_bound(std::string_view topic, std::string_view 
 std::size_t encode_event(std::string_view topic, std::string_view id, std::string_view data_raw,
                          std::span<char> out) noexcept;
 inline constexpr std::size_t event_topic_offset = 10;  // after {"topic":"
-/// `{"op":"subbed","topics":[...],"lost":[...]}`; `lost` is always present.
+/// `{"op":"subbed","topics":[...],"lost":[...]}`; `lost` is always present. `at`, when given,
+/// runs beside `topics`: each non-empty one is that topic's position, written as
+/// `,"at":{"topic":"position",...}` (none non-empty: no `at`).
 std::size_t encode_subbed(std::span<const std::string_view> topics, std::span<const std::string_view> lost,
-                          std::span<char> out) noexcept;
+                          std::span<char> out, std::span<const std::string_view> at = {}) noexcept;
 /// `{"op":"unsubbed","topics":[...]}`.
 std::size_t encode_unsubbed(std::span<const std::string_view> topics, std::span<char> out) noexcept;
 /// `{"op":"error","code":"forbidden","topic":"..."}`; without `topic` when it is empty. `of`:

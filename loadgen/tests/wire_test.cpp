@@ -162,6 +162,12 @@ TEST_CASE("wire: server messages are told apart") {
   CHECK(classify(R"({"op":"unsubbed","topics":["a"]})") == server_msg::other);
   CHECK_FALSE(subbed_reports_lost(R"({"op":"subbed","topics":["a"],"lost":[]})"));
   CHECK(subbed_reports_lost(R"({"op":"subbed","topics":["a"],"lost":["a"]})"));
+  CHECK(subbed_position(R"({"op":"subbed","topics":["a"],"lost":[]})").empty());
+  CHECK(subbed_position(R"({"op":"subbed","topics":["m:1"],"lost":[],"at":{"m:1":"e:7"}})") == "e:7");
+  CHECK(subbed_position(R"({"op":"subbed","topics":["a"],"lost":["a"],"at":{"a":"f0:17-18446744073709551615"}})") ==
+        "f0:17-18446744073709551615");
+  CHECK(subbed_position(R"({"op":"subbed","topics":["a"],"lost":[],"at":{"a)").empty());  // cut short
+  CHECK(subbed_position(R"({"op":"subbed","topics":["a"],"lost":[],"at":{"a":"e:7)").empty());
 }
 
 TEST_CASE("wire: sub and pub messages") {

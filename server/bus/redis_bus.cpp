@@ -85,6 +85,9 @@ id_key key_of(std::string_view id) noexcept {
   return k;
 }
 
+/// A place between events (redis_bus::mark_moment), not an event a stream issued.
+bool is_moment(std::string_view id) noexcept { return key_of(id).seq == UINT64_MAX; }
+
 std::string_view str(const resp::reply* r) noexcept {
   using enum resp::reply_type;
   return r && (r->type == string || r->type == status || r->type == error)
@@ -819,7 +822,7 @@ void redis_bus::pump_pages() noexcept {
     // The first page from `since` (a mark, for a catch-up); the next ones from the last id a
     // page returned, an id the stream issued.
     const bool first = part.cursor.empty();
-    const std::string_view mode = first && p.mark_mode ? "mark" : "event";
+    const std::string_view mode = first && (p.mark_mode || is_moment(part.since)) ? "mark" : "event";
     // A sub not answered yet gathers its topics' first pages into one: what they left of it.
     std::uint64_t room = p.page_bytes;
     if (p.kind == pending::sub && !p.answered)
@@ -923,6 +926,13 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
       if (k > part.last) r->frames.push_back(std::move(f));
   }
   if (p.kind == pending::catchup) return;
+  if (!p.answered) {
+    try {
+      add_positions(p, *r);
+    } catch (...) {
+      r->at.clear();  // out of memory: answered without positions
+    }
+  }
   answer_sub(p, std::move(r), p.answered ? pubsub::bus_reply::replay_done : pubsub::bus_reply::subbed);
 }
 
@@ -1033,6 +1043,7 @@ void redis_bus::send_page(std::uint64_t pid, pending& p, std::uint32_t next) noe
     if (!p.answered) {
       r->topics = p.s->topics;
       r->new_hold = p.s->new_hold;
+      add_positions(p, *r);
     }
     for (auto& part : p.parts) {
       if (part.lost && !part.lost_told) {
@@ -1452,6 +1463,27 @@ void redis_bus::ready_check() noexcept {
   _ever_up = true;
 }
 
+/// The last mark heard as a place in every stream: the end of the millisecond before it (that
+/// millisecond may hold events published before the mark: they arrived, and a topic's last
+/// event covers them). A moment, not an event: its seq is the largest, which no stream issues
+/// (is_moment), and wspush_replay reads it in mark mode. Empty before the first mark.
+std::string redis_bus::mark_moment() const {
+  if (_mark_epoch.empty()) return {};
+  return _mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615";
+}
+
+/// `subbed`'s positions: each topic the sub named without `since` is at the last mark heard
+/// (mark_moment). Every event this node hands on after this answer was published after that
+/// mark, so a resume from it misses nothing the client did not get; it may bring what came
+/// between the mark and the sub, which the client never had either.
+void redis_bus::add_positions(const pending& p, pubsub::bus_reply& r) {
+  const std::string at = mark_moment();
+  if (at.empty()) return;
+  r.at.resize(p.parts.size());
+  for (std::size_t k = 0; k < p.parts.size(); ++k)
+    if (p.parts[k].since.empty()) r.at[k] = at;
+}
+
 /// Where a topic's catch-up starts, fixed when an outage begins: the later of the last mark
 /// (when the topic was subscribed before it) and its last event. With neither, the node cannot
 /// know.
@@ -1462,10 +1494,7 @@ void redis_bus::note_catchup_start(topic_state& ts) noexcept {
     if (id.empty()) return;
     if (best.empty() || (same_epoch(id, best) ? key_of(id) > key_of(best) : at > best_at)) best = id, best_at = at;
   };
-  // The mark's millisecond may hold events published before it: they arrived, and the
-  // topic's last event covers them; so the floor is the end of the millisecond before.
-  if (ts.floored && !_mark_epoch.empty())
-    consider(_mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615", _mark_at);
+  if (ts.floored && !_mark_epoch.empty()) consider(mark_moment(), _mark_at);
   consider(ts.last_id, ts.last_at);
   if (ts.catchup_known) consider(ts.catchup_since, ts.catchup_at);
   ts.catchup_known = !best.empty();

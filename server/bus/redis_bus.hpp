@@ -243,6 +243,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void setup_refused(std::string_view error) noexcept;
   void start_catchup(const std::string& topic) noexcept;
   void note_catchup_start(topic_state& ts) noexcept;
+  std::string mark_moment() const;
+  void add_positions(const pending& p, pubsub::bus_reply& r);
   bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
   bool command(std::span<const std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;

@@ -153,9 +153,9 @@ end
 --   no reply, however long the history, is larger than a page.
 -- lost: the stream is gone, <since> is of another epoch or malformed or was never issued, or
 -- entries after it were trimmed away or are older than the age limit (not returned).
--- With `mark` (a node catching up after an outage), <since> need not be an id the stream
--- issued: it is a moment up to which the node has seen every event of the topic (a mark, see
--- wspush_mark, or its last event). Then a stream with nothing after it, or no stream at all
+-- With `mark` (a node catching up after an outage, or a client resuming from the position its
+-- `subbed` gave), <since> need not be an id the stream issued: it is a moment up to which the
+-- node has seen every event of the topic (a mark, see wspush_mark, or its last event). Then a stream with nothing after it, or no stream at all
 -- while one written after it would still be there (it lives 2 * ttl past its last write), is
 -- not lost: nothing was published since.
 local function replay(keys, args)
@@ -173,6 +173,11 @@ local function replay(keys, args)
   if paged then out[2] = '' end
   local se, sid = string.match(since or '', '^([0-9a-z]+):(%d+%-%d+)$')
   local start = '-'
+  if mark and sid and tonumber(string.match(sid, '^(%d+)')) > now then
+    -- A moment this Redis has not reached: no node gave it (a clock set back is not covered).
+    out[1] = 1
+    return out
+  end
   -- Whether a stream written after <since> would have expired by now (mark only).
   local could_expire = sid and ttl > 0 and now >= tonumber(string.match(sid, '^(%d+)')) + 2 * ttl
   if se ~= e then

@@ -52,6 +52,7 @@ struct bus_reply {
   std::vector<std::uint8_t> new_hold;    ///< as in the bus_sub
   std::vector<std::string> lost;         ///< topics whose history did not reach back to `since`
                                          ///< (replay_done: found so after `subbed`)
+  std::vector<std::string> at;           ///< subbed: beside `topics`, each one's position ("": none)
   std::vector<pool::frame_ref> frames;   ///< the replay, oldest first, topic after topic
   std::string pub_topic;                 ///< pub_failed: the topic of the pub
   std::uint64_t pub_tag = 0;             ///< pub_failed: the tag the session gave it

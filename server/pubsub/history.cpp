@@ -354,7 +354,9 @@ replay_result history::replay_impl(std::string_view topic, std::string_view sinc
   topic_map::value_type* t = it != p.topics.end() ? &*it : nullptr;
   if (t != nullptr && !expire_topic(p, t, _o.ttl_ns, now_ns, _bytes)) t = nullptr;
   if (!known) r.lost = true;
-  else if (t != nullptr) r.lost = since < t->second.floor || since > t->second.last;
+  // Ahead of anything the part issued: never issued. A since past the topic's last event but
+  // issued (to another topic of the part) is a position (`subbed`'s `at`): nothing missed.
+  else if (t != nullptr) r.lost = since < t->second.floor || since > p.seq;
   else r.lost = since < p.dropped_floor || since > p.seq;
   if (t == nullptr) return r;
   for (std::uint32_t k = t->second.head; k != none; k = p.entries[k].topic_next) {

@@ -120,7 +120,7 @@ class history {
   /// Calls `fn(std::uint64_t seq, const pool::frame_ref& frame)` for each retained, unexpired
   /// entry of `topic` with since < seq <= until_seq, oldest first, and says whether the
   /// history reaches back to `since_id` (lost: evicted or expired entries after it, a foreign
-  /// epoch, a malformed id, or an id ahead of the topic). A lost topic still replays all it
+  /// epoch, a malformed id, or an id ahead of what the topic's part issued). A lost topic still replays all it
   /// retains up to until_seq. fn runs under the part's lock: copy the frame_ref (a refcount
   /// bump) and return; never call back into the history.
   template <class Fn>

@@ -184,14 +184,33 @@ void session::client_sub(conn_id c) noexcept {
   std::string_view lost[proto::max_topics_per_message];
   std::uint32_t lost_count = replay_since(topics, added, lost);
   std::span<const std::string_view> lost_span(lost, lost_count);
-  bool ok = reply(c, 64 + names_bound(topics) + names_bound(lost_span),
-                  [&](std::span<char> out) { return proto::encode_subbed(topics, lost_span, out); });
+  // A topic new to the connection and named without `since` is at the replay's seam: the last
+  // seq of its part this shard fanned out (history.hpp). A resume from there misses nothing
+  // this connection was not handed.
+  history_id positions[proto::max_topics_per_message];
+  std::string_view at[proto::max_topics_per_message];
+  history& h = _hub.events();
+  for (std::size_t k = 0; k < topics.size(); ++k) {
+    if (!(added & (1u << k)) || named_since(topics[k])) continue;
+    positions[k] = h.format_id(_fanout.fanned(h.part_of(topics[k])));
+    at[k] = positions[k].view();
+  }
+  std::span<const std::string_view> at_span(at, topics.size());
+  bool ok = reply(c, 64 + 2 * names_bound(topics) + names_bound(lost_span) + names_bound(at_span),
+                  [&](std::span<char> out) { return proto::encode_subbed(topics, lost_span, out, at_span); });
   for (pool::frame_ref& f : _replay) {
     ok = ok && _ops->send(c, std::move(f));
     if (ok) _fanout.counters().deliveries.add();
   }
   _replay.clear();
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+/// Whether the sub being answered gave `topic` a `since`.
+bool session::named_since(std::string_view topic) const noexcept {
+  for (const proto::since_entry& s : _env->since())
+    if (s.topic == topic) return true;
+  return false;
 }
 
 /// Collects into _replay what the connection missed on the topics it just subscribed to with
@@ -459,10 +478,7 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
     if (r->kind == bus_reply::subbed) {
       // The first page of a long replay: the connection stays held, and joins its topics at
       // replay_done (the live events meanwhile come with it, after the replay).
-      std::vector<std::string_view> topics(r->topics.begin(), r->topics.end());
-      std::vector<std::string_view> lost(r->lost.begin(), r->lost.end());
-      reply(c, 64 + names_bound(topics) + names_bound(lost),
-            [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out); });
+      send_subbed(c, *r);
       if (!w.paced) ++_paced;
       w.paced = true;
       if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
@@ -495,12 +511,7 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
     client_error(c, proto::client_error::unavailable, r->topics.empty() ? std::string_view{} : r->topics.front());
   } else {
     bool ok = true;
-    if (r->kind == bus_reply::subbed) {
-      std::vector<std::string_view> topics(r->topics.begin(), r->topics.end());
-      std::vector<std::string_view> lost(r->lost.begin(), r->lost.end());
-      ok = reply(c, 64 + names_bound(topics) + names_bound(lost),
-                 [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out); });
-    }
+    if (r->kind == bus_reply::subbed) ok = send_subbed(c, *r);
     for (pool::frame_ref& f : r->frames) {
       ok = ok && _ops->send(c, std::move(f));
       if (ok) _fanout.counters().deliveries.add();
@@ -508,6 +519,19 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
     if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
   }
   if (_ops->is_open(c)) _ops->resume(c);
+}
+
+/// The bus's `subbed`: its topics, those lost, and their positions.
+bool session::send_subbed(conn_id c, const bus_reply& r) noexcept {
+  try {
+    std::vector<std::string_view> topics(r.topics.begin(), r.topics.end());
+    std::vector<std::string_view> lost(r.lost.begin(), r.lost.end());
+    std::vector<std::string_view> at(r.at.begin(), r.at.end());
+    return reply(c, 64 + 2 * names_bound(topics) + names_bound(lost) + names_bound(at),
+                 [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out, at); });
+  } catch (...) {
+    return false;
+  }
 }
 
 /// What a connection can take of a replay page now: half its bound, less what it has unsent

@@ -252,6 +252,26 @@ async def resume(server: ServerProcess, admin: Admin) -> None:
     await ws.close()
 
 
+async def resume_from_position(server: ServerProcess, admin: Admin) -> None:
+    """A client whose connection ends before its topic's first event resumes from the position
+    `subbed` gave: what was published meanwhile comes, once; nothing from before its sub."""
+    admin.publish("inbox:2", {"n": -1})  # before the sub: never the client's
+    ws = await websockets.connect(url(server, token(["inbox:*"])))
+    reply = await subscribe(ws, ["inbox:2", "inbox:3"], since={"inbox:3": "nope"})
+    at = reply.get("at", {})
+    check(set(at) == {"inbox:2"}, f"positions for the topics named without since only: {reply}")
+    await ws.close()
+    missed = [admin.publish("inbox:2", {"n": k}) for k in range(1, 4)]
+    ws = await websockets.connect(url(server, token(["inbox:*"])))
+    reply = await subscribe(ws, ["inbox:2"], since={"inbox:2": at["inbox:2"]})
+    check(reply["lost"] == [] and "at" not in reply, f"a resume from the position answered {reply}")
+    replayed = [await recv_json(ws) for _ in missed]
+    check([m["id"] for m in replayed] == missed, f"from the position: {replayed}, published {missed}")
+    live = admin.publish("inbox:2", {"n": 4})
+    check((await recv_json(ws))["id"] == live, "live after the replay, nothing between")
+    await ws.close()
+
+
 async def resume_seam(server: ServerProcess, admin: Admin, rounds: int = 20) -> None:
     """Publishes keep coming while the client re-subscribes with since: the sequence it sees
     must have no gap and no duplicate across the seam between replay and live."""
@@ -403,6 +423,7 @@ def run(args) -> None:
         for name, fn in [("tokens and grants", grants), ("sub/unsub/pub, errors, byte for byte", protocol),
                          ("publish reaches exactly the subscribers", exactly_subscribers),
                          ("1,000 mailboxes x 2 tabs", mailboxes), ("resume after disconnect", resume),
+                         ("resume from subbed's position before any event", resume_from_position),
                          ("no gap or duplicate at the resume seam", resume_seam),
                          ("metrics match", metrics_match), ("expired token closed with 1008", token_expiry)]:
             run_step(name, asyncio.run, fn(server, admin))

@@ -46,7 +46,7 @@ from wsp_nginx import nginx_prefix  # noqa: E402
 from wsp_ports import reserve_port  # noqa: E402
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
-                         check, metric, poll_until, publish, publish_ok, recv_json, run_main, scaled,
+                         check, no_positions, metric, poll_until, publish, publish_ok, recv_json, run_main, scaled,
                          subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -273,6 +273,37 @@ class Publisher(threading.Thread):
             self.ids[self.n] = body["id"]
 
 
+async def resume_from_position(a: ServerProcess, b: ServerProcess) -> None:
+    """A sub without since is given a position (a moment: the node's last mark); a client whose
+    connection ended before the topic's first event resumes from it on the other node, and gets
+    what was published meanwhile, once. A topic nothing was published to since is not lost;
+    a moment Redis's clock has not reached is."""
+    check(poll_until(lambda: metric(a, "wspush_bus_marks_total") >= 1, scaled(10)), "node A heard no mark")
+    wa = await connect(a)
+    r = await subscribe(wa, ["pos:1", "pos:quiet"])
+    at = r.get("at") or {}
+    check(set(at) == {"pos:1", "pos:quiet"} and all(v.endswith("-18446744073709551615") for v in at.values()),
+          f"subbed gave no positions: {r}")
+    await wa.close()
+    ids = [publish_ok(a, "pos:1", n) for n in (1, 2)]
+    wb = await connect(b)
+    r = await subscribe(wb, ["pos:1", "pos:quiet"], since=at)
+    check(r.get("lost") == [] and "at" not in r, f"a resume from the positions answered {r}")
+    got = [await recv_json(wb) for _ in ids]
+    check([(e["topic"], e["id"], e["data"]) for e in got] == [("pos:1", i, n) for i, n in zip(ids, (1, 2))],
+          f"from the position: {got}, published {ids}")
+    live = publish_ok(a, "pos:quiet", 3)
+    e = await recv_json(wb)
+    check(e.get("id") == live, f"live after the replay, nothing between: {e}")
+    await wb.close()
+    epoch, moment = at["pos:1"].split(":")
+    ahead = f"{epoch}:{int(moment.split('-')[0]) + 10**9}-18446744073709551615"
+    wb = await connect(b)
+    r = await subscribe(wb, ["pos:1"], since={"pos:1": ahead})
+    check(r.get("lost") == ["pos:1"], f"a moment Redis has not reached answered {r}")
+    await wb.close()
+
+
 async def resume_on_other_node(a: ServerProcess, b: ServerProcess) -> None:
     pub = Publisher(a, "seam")
     wa = await connect(a)
@@ -409,7 +440,7 @@ async def redis_restart(rs: RedisServer, a: ServerProcess, b: ServerProcess) -> 
     wait_ready(b, True)
     check(metric(a, "wspush_bus_reconnects_total") >= 1, "no reconnect counted")
     e = await recv_json(w2, 20)
-    check(e == {"op": "subbed", "topics": ["other"], "lost": []}, f"a sub held while Redis was gone: {e}")
+    check(no_positions(e) == {"op": "subbed", "topics": ["other"], "lost": []}, f"a sub held while Redis was gone: {e}")
     check(metric(a, "wspush_bus_held_subs") == 0, "a sub answered is still counted held")
     eid = publish_ok(b, "other", 5)
     e = await recv_json(w2)
@@ -677,6 +708,7 @@ def main(args) -> None:
         f.step("a library an older node loaded, without the batch", lambda: asyncio.run(older_library(rs, a)))
         f.step("2,000 mailboxes: batched subscribes, a batch publish", lambda: asyncio.run(many_mailboxes(rs, a, b)))
         f.step("resume on the other node: no gap, no duplicate", lambda: asyncio.run(resume_on_other_node(a, b)))
+        f.step("resume from subbed's position before any event", lambda: asyncio.run(resume_from_position(a, b)))
         f.step("a node cut off from Redis catches up its subscribers", lambda: asyncio.run(catch_up_after_cut(rs, a, b)))
         f.step("a publish Redis leaves unanswered is not called refused",
                lambda: asyncio.run(unanswered_publish(rs, a)))

@@ -223,6 +223,11 @@ async def recv_json(ws, seconds: float = 10) -> dict:
     return json.loads(await asyncio.wait_for(ws.recv(), scaled(seconds)))
 
 
+def no_positions(reply: dict) -> dict:
+    """A `subbed` reply without its positions (`at`), for comparing the rest of it."""
+    return {k: v for k, v in reply.items() if k != "at"}
+
+
 async def subscribe(ws, topics, since=None) -> dict:
     """Sends a `sub` over a `websockets` client; returns the `subbed` reply, which must name the
     topics and carry `lost`."""

@@ -310,6 +310,35 @@ test('events arrive as {topic, id, data}; what was published while the link was 
   await gate.shut();
 });
 
+test('a topic whose first events come while the link is down: the resume starts where subbed put it', async () => {
+  const server = await start();
+  const gate = await new TcpGate(server.port).open();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
+  await when(c, 'state', (s) => s === 'open');
+  const got = collect(c, 'mailbox:3');
+  await subbed(c, 'mailbox:3');
+  const first = c._ws;
+  const answer = first.frames.find((m) => m.op === 'subbed');
+  const at = answer?.at?.['mailbox:3'];
+  assert.ok(at, `subbed ${JSON.stringify(answer)} gives no position`);
+
+  await gate.shut();  // down before any event: without the position, these two would be missed
+  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
+  for (let n = 1; n <= 2; n++) await publish(server, 'mailbox:3', n);
+  assert.equal(got.length, 0, 'an event arrived while the link was down');
+  await gate.open();
+  await got.until(2);
+  const again = c._ws;
+  assert.notEqual(again, first);
+  assert.deepEqual(again.sent[0], { op: 'sub', topics: ['mailbox:3'], since: { 'mailbox:3': at } });
+  assert.deepEqual(got.map((e) => e.data), [1, 2]);
+  // Resumed with a since: this answer names no position, and the next resume starts at event 2.
+  assert.equal(again.frames.find((m) => m.op === 'subbed')?.at, undefined);
+  assert.equal(c._topics.get('mailbox:3').since, got[1].id);
+  c.close();
+  await gate.shut();
+});
+
 test('past the history window the application is told "lost", and gets what is retained', async () => {
   const server = await start({ extra: ['--history-size', '2'] });
   const gate = await new TcpGate(server.port).open();

@@ -307,6 +307,19 @@ TEST_CASE("envelope: encode_subbed, encode_unsubbed, encode_error, encode_publis
   CHECK(strs(root, "lost") == std::vector<std::string>{"news:sport"});
   CHECK(check_sizes([&](std::span<char> b) { return encode_subbed(topics, {}, b); }) ==
         R"({"op":"subbed","topics":["mailbox:42","news:sport"],"lost":[]})");
+  // Positions beside the topics: only the non-empty ones are written.
+  const std::array<std::string_view, 2> at = {"", "k3f9:17"};
+  const auto positioned = check_sizes([&](std::span<char> b) { return encode_subbed(topics, {}, b, at); });
+  CHECK(positioned == R"({"op":"subbed","topics":["mailbox:42","news:sport"],"lost":[],"at":{"news:sport":"k3f9:17"}})");
+  simdjson::dom::element at_object;
+  REQUIRE(reparse(p, positioned)["at"].get(at_object) == simdjson::SUCCESS);
+  CHECK(str(at_object, "news:sport") == "k3f9:17");
+  const std::array<std::string_view, 2> both = {"e:1", "e:2-0"};
+  CHECK(check_sizes([&](std::span<char> b) { return encode_subbed(topics, lost, b, both); }) ==
+        R"({"op":"subbed","topics":["mailbox:42","news:sport"],"lost":["news:sport"],"at":{"mailbox:42":"e:1","news:sport":"e:2-0"}})");
+  const std::array<std::string_view, 2> none = {"", ""};
+  CHECK(check_sizes([&](std::span<char> b) { return encode_subbed(topics, {}, b, none); }) ==
+        R"({"op":"subbed","topics":["mailbox:42","news:sport"],"lost":[]})");
 
   const auto unsubbed = check_sizes([&](std::span<char> b) { return encode_unsubbed(lost, b); });
   CHECK(unsubbed == R"({"op":"unsubbed","topics":["news:sport"]})");

@@ -285,10 +285,31 @@ TEST_CASE("history: lost for foreign epochs, malformed ids and ids ahead of the 
     CHECK(r.r.lost);
     CHECK(r.ids == std::vector<std::string>{id});  // what is retained still comes
   }
-  CHECK(replay(h, "m", "k3f9:999").r.lost);        // ahead of the topic
+  CHECK(replay(h, "m", "k3f9:999").r.lost);        // ahead of anything the part issued
   CHECK(replay(h, "unknown", "k3f9:999").r.lost);  // ahead of anything issued
   CHECK(replay(h, "unknown", "zz01:1").r.lost);
   CHECK_FALSE(replay(h, "m", id).r.lost);
+}
+
+TEST_CASE("history: a position past the topic's last event that its part issued is not lost") {
+  history h(opts());
+  framer f;
+  const std::string m1 = publish(h, f, "m");
+  // Another topic of m's part takes the part's sequence past m's last event.
+  std::string other;
+  for (int k = 0; other.empty() && k < 1000; ++k)
+    if (std::string t = "o" + std::to_string(k); h.part_of(t) == h.part_of("m")) other = t;
+  REQUIRE(!other.empty());
+  publish(h, f, other);
+  const std::string position(h.format_id(h.last_seq(h.part_of("m"))).view());
+  CHECK(position != m1);
+  auto nothing = replay(h, "m", position);
+  CHECK_FALSE(nothing.r.lost);
+  CHECK(nothing.ids.empty());
+  const std::string m2 = publish(h, f, "m");
+  auto next = replay(h, "m", position);
+  CHECK_FALSE(next.r.lost);
+  CHECK(next.ids == std::vector<std::string>{m2});
 }
 
 TEST_CASE("history: size 0 keeps nothing, still issues ids, reports lost") {

@@ -3,6 +3,7 @@
 // Events go from the real hub through a port that hands them straight to the shard's fanout.
 
 #include <catch2/catch.hpp>
+#include <simdjson.h>
 
 #include <ctime>
 #include <map>
@@ -83,7 +84,7 @@ TEST_CASE("session: sub is answered subbed, then events reach exactly the subscr
   x.open(1);
   x.open(2);
   x.say(1, R"({"op":"sub","topics":["mailbox:42"]})");
-  REQUIRE(x.got(1) == std::vector<std::string>{R"({"op":"subbed","topics":["mailbox:42"],"lost":[]})"});
+  REQUIRE(x.got(1) == std::vector<std::string>{R"({"op":"subbed","topics":["mailbox:42"],"lost":[],"at":{"mailbox:42":"ep:0"}})"});
   std::string id = x.publish("mailbox:42", R"({ "subject" : "hi" })");
   x.publish("mailbox:43", "1");
   REQUIRE(x.got(1).size() == 2);
@@ -183,6 +184,38 @@ std::string mint(proto::jwt_verifier& v, const std::string& claims) {
   REQUIRE(n > 0);
   return {buf, n};
 }
+TEST_CASE("session: a topic subscribed without since gets its position, and a resume from it misses nothing after it") {
+  fixture x(false);
+  x.open(1);
+  x.publish("t", "1");
+  x.publish("u", "1");
+  // `t` and `u` are new to the connection and have no since; `v` has one: no position for it.
+  x.say(1, R"({"op":"sub","topics":["t","u","v"],"since":{"v":"ep:0"}})");
+  const std::string& subbed = x.got(1).at(0);
+  INFO(subbed);
+  simdjson::dom::parser p;
+  simdjson::dom::element root, at;
+  REQUIRE(p.parse(subbed).get(root) == simdjson::SUCCESS);
+  REQUIRE(root["at"].get(at) == simdjson::SUCCESS);
+  std::string_view at_t, at_u;
+  REQUIRE(at["t"].get(at_t) == simdjson::SUCCESS);
+  REQUIRE(at["u"].get(at_u) == simdjson::SUCCESS);
+  CHECK(at["v"].error() == simdjson::NO_SUCH_FIELD);
+  // Named again while subscribed: no position (the connection has the topic live already).
+  x.say(1, R"({"op":"sub","topics":["t"]})");
+  CHECK(x.got(1).back() == R"({"op":"subbed","topics":["t"],"lost":[]})");
+  // The connection goes before anything else comes; a resume from the positions brings what was
+  // published meanwhile, and nothing from before the first sub.
+  x.s.on_close(1);
+  const std::string t2 = x.publish("t", "2");
+  x.open(2);
+  x.say(2, R"({"op":"sub","topics":["t","u"],"since":{"t":")" + std::string(at_t) + R"(","u":")" +
+               std::string(at_u) + R"("}})");
+  REQUIRE(x.got(2).size() == 2);
+  CHECK(x.got(2)[0] == R"({"op":"subbed","topics":["t","u"],"lost":[]})");
+  CHECK(x.got(2)[1] == R"({"topic":"t","id":")" + t2 + R"(","data":2})");
+}
+
 std::int64_t now_s() { return std::int64_t(std::time(nullptr)); }
 }  // namespace
 
@@ -203,9 +236,10 @@ TEST_CASE("session: auth replaces grants and expiry in-band and unsubscribes wha
   CHECK(x.s.expiry(1) == std::uint32_t(exp));
   CHECK(x.conns.expiry_changes == 1);  // the connection's deadline follows the new exp
   x.say(1, R"({"op":"sub","topics":["news:x"]})");  // granted now
-  CHECK(x.got(1).back() == R"({"op":"subbed","topics":["news:x"],"lost":[]})");
+  const std::string subbed = R"({"op":"subbed","topics":["news:x"],"lost":[],"at":{"news:x":"ep:0"}})";
+  CHECK(x.got(1).back() == subbed);
   x.publish("team:b", "1");
-  CHECK(x.got(1).back() == R"({"op":"subbed","topics":["news:x"],"lost":[]})");  // no longer subscribed
+  CHECK(x.got(1).back() == subbed);  // no longer subscribed
 }
 
 TEST_CASE("session: a refused auth changes nothing and without tokens auth is a bad request") {
