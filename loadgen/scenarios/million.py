@@ -636,9 +636,11 @@ class Experiment:
             done.set()
             th.join(5)
         # All held, nothing published yet: pings and timers only (the connections that came, once
-        # no more come).
+        # no more come), from when the last subscriptions have settled, as the mailboxes phase
+        # counts it (before that, the nodes and Redis are still taking the last subs).
         held = max((c["ready"] for c in samples if c["sent"] == 0), default=0)
         idle = [c for c in samples if c["sent"] == 0 and c["ready"] == held]
+        idle = [c for c in idle if c["t"] >= idle[0]["t"] + min(2.0, self.a.hold / 3)] if idle else []
         r = self.lg.result(60)
         self.lg = None
         self.end()
