@@ -204,9 +204,14 @@ void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
     }
     case server_msg::subbed:
       if (c.state != conn_state::subscribing) return;
-      if (subbed_reports_lost(msg)) ++_c[ctr::lost_reported];
-      // Before its first event, a reconnecting connection resumes from where `subbed` put it.
-      if (!_last_ids.empty() && _last_ids[i].len == 0) keep_id(i, subbed_position(msg));
+      // Before its first event, or once its topic was reported lost, a reconnecting connection
+      // resumes from where `subbed` put it (the events replayed behind it move it on).
+      if (subbed_reports_lost(msg)) {
+        ++_c[ctr::lost_reported];
+        if (!_last_ids.empty()) keep_id(i, subbed_position(msg));
+      } else if (!_last_ids.empty() && _last_ids[i].len == 0) {
+        keep_id(i, subbed_position(msg));
+      }
       return become_ready(i);
     case server_msg::error:
       ++_c[ctr::sub_errors];

@@ -209,6 +209,7 @@ struct redis_bus::pending {
     std::string live_last_id;  // catch-up: the newest live event held back
     std::string cursor;        // where the next page starts (wspush_replay's `next`); empty: the first
     bool lost = false, replaying = false, overflow = false;
+    bool joins = false;        // sub: new to the connection (given a position; joins with the answer)
     bool lost_told = false;    // told (in `subbed`, or in the stream) since it was last found lost
     id_key last;  // the newest id replayed (or `since`)
     std::vector<pool::frame_ref> entries;
@@ -487,6 +488,7 @@ void redis_bus::mark_arrived(std::string_view payload) noexcept {
   _mark_epoch.assign(payload.substr(5, space - 5));
   _mark_ms = ms;
   _mark_at = ++_order;
+  _mark_current = true;
   // A topic still owed a catch-up has not had every event before this mark: it waits for the
   // next mark after its catch-up.
   std::size_t kept = 0;
@@ -602,6 +604,7 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
     if (s->new_hold[k]) ++ts.holders;  // a hold is always taken: the shard releases it later
     p.parts[k].topic = s->topics[k];
     p.parts[k].since = s->since[k];
+    p.parts[k].joins = k < s->joins.size() && s->joins[k];
   }
   p.page_bytes = std::clamp<std::uint64_t>(s->room, 1, replay_page_bound);
   p.s = std::move(s);
@@ -785,7 +788,16 @@ void redis_bus::start_replay(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   for (std::uint32_t k = 0; k < p.parts.size(); ++k) {
     auto& part = p.parts[k];
-    if (part.since.empty()) continue;
+    if (part.since.empty()) {
+      // A topic new to the connection without `since` joins with the others at the answer
+      // (after the last page of a paced replay): what comes live meanwhile is kept aside for
+      // it too, all of it (it has no replay to be newer than).
+      if (p.kind == pending::sub && part.joins) {
+        part.replaying = true;
+        _topics[part.topic].replaying.push_back(pid);
+      }
+      continue;
+    }
     part.last = key_of(part.since);
     ++p.replies_left;
     part.replaying = true;
@@ -1472,16 +1484,19 @@ std::string redis_bus::mark_moment() const {
   return _mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615";
 }
 
-/// `subbed`'s positions: each topic the sub named without `since` is at the last mark heard
-/// (mark_moment). Every event this node hands on after this answer was published after that
-/// mark, so a resume from it misses nothing the client did not get; it may bring what came
-/// between the mark and the sub, which the client never had either.
+/// `subbed`'s positions: each topic new to the connection is at the last mark heard on the
+/// current links (mark_moment): every event published after it reaches the connection, live or
+/// kept aside until it joins, or a resume from the position replays it; such a resume may bring
+/// what came between the mark and the sub, which the client never had either. None before that
+/// mark (one from before an outage could be of an older epoch, or ahead of a Redis whose clock
+/// is behind).
 void redis_bus::add_positions(const pending& p, pubsub::bus_reply& r) {
+  if (!_mark_current) return;
   const std::string at = mark_moment();
   if (at.empty()) return;
   r.at.resize(p.parts.size());
   for (std::size_t k = 0; k < p.parts.size(); ++k)
-    if (p.parts[k].since.empty()) r.at[k] = at;
+    if (p.parts[k].joins) r.at[k] = at;
 }
 
 /// Where a topic's catch-up starts, fixed when an outage begins: the later of the last mark
@@ -1494,9 +1509,13 @@ void redis_bus::note_catchup_start(topic_state& ts) noexcept {
     if (id.empty()) return;
     if (best.empty() || (same_epoch(id, best) ? key_of(id) > key_of(best) : at > best_at)) best = id, best_at = at;
   };
-  if (ts.floored && !_mark_epoch.empty()) consider(mark_moment(), _mark_at);
-  consider(ts.last_id, ts.last_at);
-  if (ts.catchup_known) consider(ts.catchup_since, ts.catchup_at);
+  try {
+    if (ts.floored && !_mark_epoch.empty()) consider(mark_moment(), _mark_at);
+    consider(ts.last_id, ts.last_at);
+    if (ts.catchup_known) consider(ts.catchup_since, ts.catchup_at);
+  } catch (...) {
+    best.clear();  // out of memory: not known, so its subscribers will hear it is lost
+  }
   ts.catchup_known = !best.empty();
   ts.catchup_since.swap(best);
   ts.catchup_at = best_at;
@@ -1641,6 +1660,7 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   for (std::uint64_t pid : paced) drop_pending(pid);
   for (std::uint64_t pid : subs) park(pid);
   _mark_in_flight = false;
+  _mark_current = false;  // positions wait for a mark heard on the next links
   _page_queue.clear();  // the pages of the subs held and the catch-ups redone are asked again
   _pages_in_flight = 0;
   ++_link_gen;          // the answers still due from the old links count for nothing

@@ -293,6 +293,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::string _epoch;                     // Redis's epoch (wspush_epoch), as of the last set-up
   std::string _mark_epoch;                // the last mark heard (wspush_mark): its epoch, its
   std::uint64_t _mark_ms = 0, _mark_at = 0;  // TIME, when it came (in _order)
+  bool _mark_current = false;  // the last mark was heard on the current links (add_positions)
   std::uint64_t _order = 0;               // counts marks and last events, to tell which came later
   bool _mark_in_flight = false;
   std::uint32_t _next_mark_tick = 0;

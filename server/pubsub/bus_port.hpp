@@ -30,6 +30,7 @@ struct bus_sub {
   std::vector<std::string> topics;     ///< what the client asked for, in its order
   std::vector<std::string> since;      ///< per topic: the id to resume after; empty: none
   std::vector<std::uint8_t> new_hold;  ///< per topic: the shard starts holding it with this sub
+  std::vector<std::uint8_t> joins;     ///< per topic: new to the connection (it joins with the answer)
   std::uint64_t room = 0;              ///< what the connection can take now (bytes): a longer
                                        ///< replay goes in pages of about that much, paced
 };

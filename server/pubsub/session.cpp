@@ -184,14 +184,14 @@ void session::client_sub(conn_id c) noexcept {
   std::string_view lost[proto::max_topics_per_message];
   std::uint32_t lost_count = replay_since(topics, added, lost);
   std::span<const std::string_view> lost_span(lost, lost_count);
-  // A topic new to the connection and named without `since` is at the replay's seam: the last
-  // seq of its part this shard fanned out (history.hpp). A resume from there misses nothing
-  // this connection was not handed.
+  // Each topic new to the connection is at the replay's seam: the last seq of its part this
+  // shard fanned out (history.hpp). The replay (if any) reaches it, live events come after it:
+  // a resume from there misses nothing this connection was not handed.
   history_id positions[proto::max_topics_per_message];
   std::string_view at[proto::max_topics_per_message];
   history& h = _hub.events();
   for (std::size_t k = 0; k < topics.size(); ++k) {
-    if (!(added & (1u << k)) || named_since(topics[k])) continue;
+    if (!(added & (1u << k))) continue;
     positions[k] = h.format_id(_fanout.fanned(h.part_of(topics[k])));
     at[k] = positions[k].view();
   }
@@ -204,13 +204,6 @@ void session::client_sub(conn_id c) noexcept {
   }
   _replay.clear();
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
-}
-
-/// Whether the sub being answered gave `topic` a `since`.
-bool session::named_since(std::string_view topic) const noexcept {
-  for (const proto::since_entry& s : _env->since())
-    if (s.topic == topic) return true;
-  return false;
 }
 
 /// Collects into _replay what the connection missed on the topics it just subscribed to with
@@ -359,6 +352,7 @@ void session::bus_sub(conn_id c) noexcept {
       s->topics.emplace_back(t);
       s->since.push_back(std::move(since));
       s->new_hold.push_back(!mine && !holds(t));
+      s->joins.push_back(!mine);
       if (!mine) {  // counted exactly when wait_for took it: a throw leaves neither behind
         std::string name(t);
         wait_for(name);

@@ -57,7 +57,6 @@ class session final : public application, private bus_reply_handler {
   void client_error(conn_id c, proto::client_error e, std::string_view topic, std::string_view of = {}) noexcept;
   template <class Encode>
   bool reply(conn_id c, std::size_t bound, Encode&& encode) noexcept;
-  bool named_since(std::string_view topic) const noexcept;
   bool send_subbed(conn_id c, const bus_reply& r) noexcept;
   std::uint32_t replay_since(std::span<const std::string_view> topics, std::uint32_t added,
                              std::string_view* lost) noexcept;

@@ -12,9 +12,9 @@
 // Behaviour a million tabs sharing one server need (DESIGN.md "Browser client"):
 // - reconnects by itself, after a delay drawn with full jitter from an exponentially growing,
 //   capped window, so a fleet that loses its server comes back spread out, not in one second;
-// - resumes every topic with `since` (the last id seen per topic, or before the first one the
-//   position `subbed` gave): nothing is missed inside the server's history window; topics it
-//   no longer reaches are reported with "lost";
+// - resumes every topic with `since` (the last id seen per topic; before the first one, or after
+//   a "lost", the position `subbed` gave): nothing is missed inside the server's history window;
+//   topics it no longer reaches are reported with "lost", once;
 // - asks for the heartbeat a page can see (?heartbeat=1), answers {"op":"ping"}, and reconnects
 //   when it has heard nothing for heartbeatTimeout;
 // - refreshes its token in-band ({"op":"auth"}) at a jittered point late in the token's life;
@@ -370,12 +370,14 @@ class WsPush {
         return this._send({ op: "pong" });
       case "subbed": {
         const asked = this._asked.shift();
-        // A topic subscribed without `since` comes with its position: a resume before its first
+        // Each topic new to the connection comes with its position: a resume before its first
         // event starts there, so that what was published while the connection was away is not
-        // missed.
+        // missed; a topic found lost starts again from there too (it was told once), and the
+        // events replayed behind this answer move it on.
+        const lost = new Set(m.lost || []);
         for (const [topic, at] of Object.entries(m.at || {})) {
           const t = this._topics.get(topic);
-          if (t && !t.since) t.since = at;
+          if (t && (!t.since || lost.has(topic))) t.since = at;
         }
         if (Array.isArray(asked)) this._answered(asked, "subscribed");
         if (m.lost && m.lost.length) this._emit("lost", m.lost);

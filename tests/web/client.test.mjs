@@ -332,8 +332,9 @@ test('a topic whose first events come while the link is down: the resume starts 
   assert.notEqual(again, first);
   assert.deepEqual(again.sent[0], { op: 'sub', topics: ['mailbox:3'], since: { 'mailbox:3': at } });
   assert.deepEqual(got.map((e) => e.data), [1, 2]);
-  // Resumed with a since: this answer names no position, and the next resume starts at event 2.
-  assert.equal(again.frames.find((m) => m.op === 'subbed')?.at, undefined);
+  // Resumed with a since, not lost: the position this answer gives is not taken, and the next
+  // resume starts at event 2.
+  assert.ok(again.frames.find((m) => m.op === 'subbed')?.at?.['mailbox:3']);
   assert.equal(c._topics.get('mailbox:3').since, got[1].id);
   c.close();
   await gate.shut();
@@ -362,6 +363,45 @@ test('past the history window the application is told "lost", and gets what is r
   await got.until(3);
   assert.deepEqual(lost, [['mailbox:2']]);
   assert.deepEqual(got.map((e) => e.data), [1, 5, 6]);
+  c.close();
+  await gate.shut();
+});
+
+test('a topic found lost with nothing kept resumes from the position subbed gave: told once, not at every reconnect', async () => {
+  const server = await start({ extra: ['--history-size', '0'] });
+  const gate = await new TcpGate(server.port).open();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
+  await when(c, 'state', (s) => s === 'open');
+  const got = collect(c, 'mailbox:4');
+  await subbed(c, 'mailbox:4');
+  await publish(server, 'mailbox:4', 1);
+  await got.until(1);
+  const lost = [];
+  c.on('lost', (topics) => {
+    lost.push(topics);
+    notify();
+  });
+  const drop = async () => {
+    await gate.shut();
+    await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
+  };
+  await drop();
+  await publish(server, 'mailbox:4', 2);  // nothing is kept: lost
+  await gate.open();
+  await until(() => lost.length >= 1, "'lost'");
+  const second = c._ws;
+  const answer = second.frames.find((m) => m.op === 'subbed');
+  assert.deepEqual(answer.lost, ['mailbox:4']);
+  assert.ok(answer.at?.['mailbox:4'], `subbed ${JSON.stringify(answer)} gives no position`);
+  await until(() => c._topics.get('mailbox:4').since === answer.at['mailbox:4'], 'since to be the position');
+  // Nothing published while away the second time: the resume is from the position, not lost.
+  await drop();
+  await gate.open();
+  await until(() => c._ws !== second && c._ws?.frames?.some((m) => m.op === 'subbed'), 'the next subbed');
+  assert.deepEqual(c._ws.sent[0], { op: 'sub', topics: ['mailbox:4'], since: { 'mailbox:4': answer.at['mailbox:4'] } });
+  assert.deepEqual(c._ws.frames.find((m) => m.op === 'subbed').lost, []);
+  assert.deepEqual(lost, [['mailbox:4']]);
+  assert.deepEqual(got.map((e) => e.data), [1]);
   c.close();
   await gate.shut();
 });

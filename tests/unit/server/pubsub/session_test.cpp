@@ -71,6 +71,14 @@ struct fixture {
   std::vector<std::string>& got(conn_id c) { return conns.sent[c]; }
 };
 
+std::vector<std::string> strs_of(simdjson::dom::element e, std::string_view key) {
+  simdjson::dom::array a;
+  REQUIRE(e[key].get(a) == simdjson::SUCCESS);
+  std::vector<std::string> out;
+  for (auto x : a) out.emplace_back(std::string_view(x));
+  return out;
+}
+
 std::string compact(std::initializer_list<std::string_view> patterns) {
   std::string out;
   for (std::string_view p : patterns) out.append(1, char(p.size())).append(p);
@@ -105,7 +113,8 @@ TEST_CASE("session: sub with since replays what was missed after subbed, and say
   x.say(1, R"({"op":"sub","topics":["t","u"],"since":{"t":")" + first + R"(","u":"other:5"}})");
   auto& g = x.got(1);
   REQUIRE(g.size() == 3);
-  CHECK(g[0] == R"({"op":"subbed","topics":["t","u"],"lost":["u"]})");  // a foreign epoch
+  // `u`: a foreign epoch. Positions: the seam of each topic's part (the replay of `t` reaches it).
+  CHECK(g[0] == R"({"op":"subbed","topics":["t","u"],"lost":["u"],"at":{"t":"ep:3","u":"ep:0"}})");
   CHECK(g[1].find(R"("data":2})") != std::string::npos);
   CHECK(g[2].find(R"("data":3})") != std::string::npos);
   x.publish("t", "4");  // live after the replay, no gap, no duplicate
@@ -116,7 +125,7 @@ TEST_CASE("session: sub with since replays what was missed after subbed, and say
   for (int k = 5; k < 9; ++k) x.publish("t", std::to_string(k));
   x.say(2, R"({"op":"sub","topics":["t"],"since":{"t":")" + first + R"("}})");
   REQUIRE(x.got(2).size() == 4);
-  CHECK(x.got(2)[0] == R"({"op":"subbed","topics":["t"],"lost":["t"]})");
+  CHECK(x.got(2)[0] == R"({"op":"subbed","topics":["t"],"lost":["t"],"at":{"t":"ep:8"}})");
 }
 
 TEST_CASE("session: with tokens, grants decide sub and pub, all or nothing, and the token's exp is the expiry") {
@@ -184,23 +193,25 @@ std::string mint(proto::jwt_verifier& v, const std::string& claims) {
   REQUIRE(n > 0);
   return {buf, n};
 }
-TEST_CASE("session: a topic subscribed without since gets its position, and a resume from it misses nothing after it") {
+TEST_CASE("session: each topic new to the connection gets its position, and a resume from it misses nothing after it") {
   fixture x(false);
   x.open(1);
   x.publish("t", "1");
   x.publish("u", "1");
-  // `t` and `u` are new to the connection and have no since; `v` has one: no position for it.
-  x.say(1, R"({"op":"sub","topics":["t","u","v"],"since":{"v":"ep:0"}})");
+  // All three are new to the connection; `v` resumes from a since its history no longer
+  // reaches (lost): its position is where it stands now, told once.
+  x.say(1, R"({"op":"sub","topics":["t","u","v"],"since":{"v":"zz:0"}})");
   const std::string& subbed = x.got(1).at(0);
   INFO(subbed);
   simdjson::dom::parser p;
   simdjson::dom::element root, at;
   REQUIRE(p.parse(subbed).get(root) == simdjson::SUCCESS);
   REQUIRE(root["at"].get(at) == simdjson::SUCCESS);
-  std::string_view at_t, at_u;
+  std::string_view at_t, at_u, at_v;
   REQUIRE(at["t"].get(at_t) == simdjson::SUCCESS);
   REQUIRE(at["u"].get(at_u) == simdjson::SUCCESS);
-  CHECK(at["v"].error() == simdjson::NO_SUCH_FIELD);
+  REQUIRE(at["v"].get(at_v) == simdjson::SUCCESS);
+  CHECK(strs_of(root, "lost") == std::vector<std::string>{"v"});
   // Named again while subscribed: no position (the connection has the topic live already).
   x.say(1, R"({"op":"sub","topics":["t"]})");
   CHECK(x.got(1).back() == R"({"op":"subbed","topics":["t"],"lost":[]})");
@@ -209,10 +220,10 @@ TEST_CASE("session: a topic subscribed without since gets its position, and a re
   x.s.on_close(1);
   const std::string t2 = x.publish("t", "2");
   x.open(2);
-  x.say(2, R"({"op":"sub","topics":["t","u"],"since":{"t":")" + std::string(at_t) + R"(","u":")" +
-               std::string(at_u) + R"("}})");
+  x.say(2, R"({"op":"sub","topics":["t","u","v"],"since":{"t":")" + std::string(at_t) + R"(","u":")" +
+               std::string(at_u) + R"(","v":")" + std::string(at_v) + R"("}})");
   REQUIRE(x.got(2).size() == 2);
-  CHECK(x.got(2)[0] == R"({"op":"subbed","topics":["t","u"],"lost":[]})");
+  CHECK(x.got(2)[0].rfind(R"({"op":"subbed","topics":["t","u","v"],"lost":[],"at":{)", 0) == 0);
   CHECK(x.got(2)[1] == R"({"topic":"t","id":")" + t2 + R"(","data":2})");
 }
 
