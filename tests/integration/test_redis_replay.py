@@ -86,20 +86,29 @@ async def watch_ticks(port: int, ticker: Ticker, lags: "list[float]", stop: asyn
 
 
 async def read_backlog(port: int, since: str, ids: "list[str]", r: redis.Redis) -> None:
-    """One connection that reads: all of the backlog, in order, then a live event, once each."""
+    """One connection that reads: all of the backlog, in order, then a live event, once each. The
+    same sub names a topic without `since`, published to while the backlog is on its way: the
+    connection joins it with the replay, and that event comes once, before the live one."""
     async with websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None, max_size=None) as ws:
-        await ws.send(json.dumps({"op": "sub", "topics": ["big"], "since": {"big": since}}))
+        await ws.send(json.dumps({"op": "sub", "topics": ["big", "fresh"], "since": {"big": since}}))
         got: "list[str]" = []
-        live = None
+        fresh: "list[str]" = []
+        fresh_id = live = None
         deadline = time.monotonic() + scaled(60)
         while True:
             m = json.loads(await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic())))
             if m.get("op") == "subbed":
                 check(not m.get("lost"), f"the reader's resume said lost: {m}")
+                check("fresh" in (m.get("at") or {}), f"no position for the topic without since: {m}")
+                continue
+            if m.get("topic") == "fresh":
+                fresh.append(m["id"])
                 continue
             check(m.get("topic") == "big", f"unexpected message: {str(m)[:200]}")
             got.append(m["id"])
             await asyncio.sleep(0.005)  # a client that reads at its own pace, not at the kernel's
+            if len(got) == 10:  # subbed went with the first page; the rest is on its way
+                fresh_id = r.execute_command("FCALL", "wspush_publish", 0, "fresh", '"during"').decode()
             if len(got) == EVENTS:
                 live = r.execute_command("FCALL", "wspush_publish", 0, "big", '"live"').decode()
             if live is not None and m["id"] == live:
@@ -107,6 +116,7 @@ async def read_backlog(port: int, since: str, ids: "list[str]", r: redis.Redis) 
         check(got[:EVENTS] == ids, f"the backlog came {len(got)} events, not the {EVENTS} in order "
               f"(first differing at {next((k for k, (a, b) in enumerate(zip(got, ids)) if a != b), None)})")
         check(got[EVENTS:] == [live], f"after the backlog: {got[EVENTS:]} (want only the live event {live})")
+        check(fresh == [fresh_id], f"published to the topic without since during the replay: {fresh_id}; got {fresh}")
 
 
 async def attack(args) -> None:
