@@ -155,9 +155,9 @@ end
 -- entries after it were trimmed away or are older than the age limit (not returned).
 -- With `mark` (a node catching up after an outage, or a client resuming from the position its
 -- `subbed` gave), <since> need not be an id the stream issued: it is a moment up to which the
--- node has seen every event of the topic (a mark, see wspush_mark, or its last event). Then a stream with nothing after it, or no stream at all
--- while one written after it would still be there (it lives 2 * ttl past its last write), is
--- not lost: nothing was published since.
+-- node has seen every event of the topic (a mark, see wspush_mark, or its last event). Then a
+-- stream with nothing after it, or no stream at all while one written after it would still be
+-- there (it lives 2 * ttl past its last write), is not lost: nothing was published since.
 local function replay(keys, args)
   local topic, since, mark = args[1], args[2], args[3] == 'mark'
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
