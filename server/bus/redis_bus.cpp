@@ -1154,7 +1154,9 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       // No reply at all: the link went away meanwhile, and that path says so.
       if (r == nullptr) return;
       if (error) return setup_refused(str(r));
-      if (o->kind == op::setup) return;
+      // After a refusal the link is closing: the set-up's later answers (Redis runs what
+      // follows a refused AUTH as the default user) must not bring the bus up meanwhile.
+      if (o->kind == op::setup || !_refusal.empty()) return;
       _epoch.assign(str(r));
       _cmd_ready = true;
       return ready_check();

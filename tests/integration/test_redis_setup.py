@@ -235,6 +235,18 @@ async def password_mismatch(args) -> None:
         refusal_logged(s, r"ERR AUTH <password> called without any password configured",
                        "the refusal of a password Redis has not")
         await refuses_while_unready(s, "with a password Redis has not")
+        # Redis runs what follows the refused AUTH (as the default user, which needs no
+        # password): the node must not count those answers as a set-up, not even while the link
+        # closes. Two tries more (two connections each), and never "connected".
+        r = resp(port=rs.port)
+        tried = r.info("stats")["total_connections_received"]
+        deadline = time.monotonic() + scaled(20)
+        while r.info("stats")["total_connections_received"] < tried + 4:
+            check(time.monotonic() < deadline and s.alive(), "the node did not try again\n" + s.log_tail())
+            await asyncio.sleep(0.05)
+        with s._cond:
+            up = [line for line in s.log if "bus: connected to" in line]
+        check(not up, f"with a password Redis has not, the bus said it was up: {up[:1]}")
         no_secret_in_log(s, password)
     finally:
         s.kill()
