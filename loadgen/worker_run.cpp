@@ -202,17 +202,15 @@ void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
       ++_c[ctr::foreign];
       return;
     }
-    case server_msg::subbed:
+    case server_msg::subbed: {
       if (c.state != conn_state::subscribing) return;
+      const bool lost = subbed_reports_lost(msg);
+      if (lost) ++_c[ctr::lost_reported];
       // Before its first event, or once its topic was reported lost, a reconnecting connection
       // resumes from where `subbed` put it (the events replayed behind it move it on).
-      if (subbed_reports_lost(msg)) {
-        ++_c[ctr::lost_reported];
-        if (!_last_ids.empty()) keep_id(i, subbed_position(msg));
-      } else if (!_last_ids.empty() && _last_ids[i].len == 0) {
-        keep_id(i, subbed_position(msg));
-      }
+      if (!_last_ids.empty() && (lost || _last_ids[i].len == 0)) keep_id(i, subbed_position(msg));
       return become_ready(i);
+    }
     case server_msg::error:
       ++_c[ctr::sub_errors];
       // Refused while subscribing: a reconnecting scenario tries again later, as a real client

@@ -1,7 +1,8 @@
-#include <algorithm>
 #include "proto/envelope.hpp"
 
 #include <simdjson.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstring>

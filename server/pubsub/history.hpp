@@ -120,9 +120,9 @@ class history {
   /// Calls `fn(std::uint64_t seq, const pool::frame_ref& frame)` for each retained, unexpired
   /// entry of `topic` with since < seq <= until_seq, oldest first, and says whether the
   /// history reaches back to `since_id` (lost: evicted or expired entries after it, a foreign
-  /// epoch, a malformed id, or an id ahead of what the topic's part issued). A lost topic still replays all it
-  /// retains up to until_seq. fn runs under the part's lock: copy the frame_ref (a refcount
-  /// bump) and return; never call back into the history.
+  /// epoch, a malformed id, or an id ahead of what the topic's part issued). A lost topic still
+  /// replays all it retains up to until_seq. fn runs under the part's lock: copy the frame_ref
+  /// (a refcount bump) and return; never call back into the history.
   template <class Fn>
   replay_result replay(std::string_view topic, std::string_view since_id, std::uint64_t until_seq,
                        std::uint64_t now_ns, Fn&& fn) noexcept {

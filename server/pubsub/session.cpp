@@ -37,6 +37,12 @@ std::size_t names_bound(std::span<const std::string_view> names) noexcept {
   return n;
 }
 
+/// Room encode_subbed needs: the topics, those lost, and `at`'s "topic":"position", pairs.
+std::size_t subbed_bound(std::span<const std::string_view> topics, std::span<const std::string_view> lost,
+                         std::span<const std::string_view> at) noexcept {
+  return 64 + 2 * names_bound(topics) + names_bound(lost) + names_bound(at);
+}
+
 }  // namespace
 
 session::session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
@@ -196,7 +202,7 @@ void session::client_sub(conn_id c) noexcept {
     at[k] = positions[k].view();
   }
   std::span<const std::string_view> at_span(at, topics.size());
-  bool ok = reply(c, 64 + 2 * names_bound(topics) + names_bound(lost_span) + names_bound(at_span),
+  bool ok = reply(c, subbed_bound(topics, lost_span, at_span),
                   [&](std::span<char> out) { return proto::encode_subbed(topics, lost_span, out, at_span); });
   for (pool::frame_ref& f : _replay) {
     ok = ok && _ops->send(c, std::move(f));
@@ -521,7 +527,7 @@ bool session::send_subbed(conn_id c, const bus_reply& r) noexcept {
     std::vector<std::string_view> topics(r.topics.begin(), r.topics.end());
     std::vector<std::string_view> lost(r.lost.begin(), r.lost.end());
     std::vector<std::string_view> at(r.at.begin(), r.at.end());
-    return reply(c, 64 + 2 * names_bound(topics) + names_bound(lost) + names_bound(at),
+    return reply(c, subbed_bound(topics, lost, at),
                  [&](std::span<char> out) { return proto::encode_subbed(topics, lost, out, at); });
   } catch (...) {
     return false;

@@ -116,8 +116,7 @@ def refusal_logged(s: ServerProcess, error: str, what: str) -> None:
 
 
 def no_secret_in_log(s: ServerProcess, password: str) -> None:
-    with s._cond:
-        leaked = [l for l in s.log if password in l]
+    leaked = s.log_lines(password)
     check(not leaked, f"the Redis password is in the node's log: {leaked[:2]}")
 
 
@@ -244,8 +243,7 @@ async def password_mismatch(args) -> None:
         while r.info("stats")["total_connections_received"] < tried + 4:
             check(time.monotonic() < deadline and s.alive(), "the node did not try again\n" + s.log_tail())
             await asyncio.sleep(0.05)
-        with s._cond:
-            up = [line for line in s.log if "bus: connected to" in line]
+        up = s.log_lines("bus: connected to")
         check(not up, f"with a password Redis has not, the bus said it was up: {up[:1]}")
         no_secret_in_log(s, password)
     finally:

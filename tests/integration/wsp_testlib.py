@@ -162,6 +162,11 @@ class ServerProcess:
                                       + self.log_tail())
                 self._cond.wait(min(left, 0.5))
 
+    def log_lines(self, text: str) -> "list[str]":
+        """The lines of the log so far that contain `text`."""
+        with self._cond:
+            return [line for line in self.log if text in line]
+
     def log_tail(self, n: int = 30) -> str:
         with self._cond:
             lines = self.log[-n:]

@@ -212,6 +212,32 @@ function subbed(c, topic) {
   return until(() => c._ws?.frames?.some((m) => m.op === 'subbed' && m.topics.includes(topic)), `'subbed' for ${topic}`);
 }
 
+/** A client that reaches `server` through a TcpGate, open and subscribed to `topic`. */
+async function gatedSubscriber(server, topic) {
+  const gate = await new TcpGate(server.port).open();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
+  await when(c, 'state', (s) => s === 'open');
+  const got = collect(c, topic);
+  await subbed(c, topic);
+  return { gate, c, got };
+}
+
+/** Shuts the gate, and waits until the server has dropped the subscription behind it. */
+async function cutOff(gate, server) {
+  await gate.shut();
+  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
+}
+
+/** The topics of each 'lost' the client emits, in order. */
+function lostEvents(c) {
+  const lost = [];
+  c.on('lost', (topics) => {
+    lost.push(topics);
+    notify();
+  });
+  return lost;
+}
+
 test('backoff: full jitter, uniform over [0, min(max, base * 2^n)]', () => {
   assert.equal(backoffDelay(0, 1000, 30000, () => 0), 0);
   assert.equal(backoffDelay(0, 1000, 30000, () => 0.999999), 999);
@@ -270,11 +296,7 @@ test('reconnect tries to a server that is down: each waits its draw from a windo
 
 test('events arrive as {topic, id, data}; what was published while the link was down comes by replay with since, once', async () => {
   const server = await start();
-  const gate = await new TcpGate(server.port).open();
-  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
-  await when(c, 'state', (s) => s === 'open');
-  const got = collect(c, 'mailbox:1');
-  await subbed(c, 'mailbox:1');
+  const { gate, c, got } = await gatedSubscriber(server, 'mailbox:1');
   for (let n = 1; n <= 3; n++) await publish(server, 'mailbox:1', { n, subject: `mail ${n}` });
   await got.until(3);
   assert.deepEqual(Object.keys(got[0]).sort(), ['data', 'id', 'topic']);
@@ -282,9 +304,8 @@ test('events arrive as {topic, id, data}; what was published while the link was 
   const first = c._ws;
 
   // The link drops and stays down: the client's tries are refused while 4-6 are published.
-  await gate.shut();
+  await cutOff(gate, server);
   await until(() => c.state === 'reconnecting', 'the client to see the drop');
-  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
   for (let n = 4; n <= 6; n++) await publish(server, 'mailbox:1', { n, subject: `mail ${n}` });
   const triedBefore = dials;
   await until(() => dials >= triedBefore + 2, 'two refused tries');
@@ -312,18 +333,13 @@ test('events arrive as {topic, id, data}; what was published while the link was 
 
 test('a topic whose first events come while the link is down: the resume starts where subbed put it', async () => {
   const server = await start();
-  const gate = await new TcpGate(server.port).open();
-  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
-  await when(c, 'state', (s) => s === 'open');
-  const got = collect(c, 'mailbox:3');
-  await subbed(c, 'mailbox:3');
+  const { gate, c, got } = await gatedSubscriber(server, 'mailbox:3');
   const first = c._ws;
   const answer = first.frames.find((m) => m.op === 'subbed');
   const at = answer?.at?.['mailbox:3'];
   assert.ok(at, `subbed ${JSON.stringify(answer)} gives no position`);
 
-  await gate.shut();  // down before any event: without the position, these two would be missed
-  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
+  await cutOff(gate, server);  // down before any event: without the position, these two would be missed
   for (let n = 1; n <= 2; n++) await publish(server, 'mailbox:3', n);
   assert.equal(got.length, 0, 'an event arrived while the link was down');
   await gate.open();
@@ -342,20 +358,11 @@ test('a topic whose first events come while the link is down: the resume starts 
 
 test('past the history window the application is told "lost", and gets what is retained', async () => {
   const server = await start({ extra: ['--history-size', '2'] });
-  const gate = await new TcpGate(server.port).open();
-  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
-  await when(c, 'state', (s) => s === 'open');
-  const got = collect(c, 'mailbox:2');
-  await subbed(c, 'mailbox:2');
+  const { gate, c, got } = await gatedSubscriber(server, 'mailbox:2');
   await publish(server, 'mailbox:2', 1);
   await got.until(1);
-  const lost = [];
-  c.on('lost', (topics) => {
-    lost.push(topics);
-    notify();
-  });
-  await gate.shut();  // down while five are published: the history keeps the last two
-  await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
+  const lost = lostEvents(c);
+  await cutOff(gate, server);  // down while five are published: the history keeps the last two
   for (let n = 2; n <= 6; n++) await publish(server, 'mailbox:2', n);
   assert.equal(got.length, 1, 'an event arrived while the link was down');
   await gate.open();
@@ -369,23 +376,11 @@ test('past the history window the application is told "lost", and gets what is r
 
 test('a topic found lost with nothing kept resumes from the position subbed gave: told once, not at every reconnect', async () => {
   const server = await start({ extra: ['--history-size', '0'] });
-  const gate = await new TcpGate(server.port).open();
-  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { baseDelay: 20, maxDelay: 200 });
-  await when(c, 'state', (s) => s === 'open');
-  const got = collect(c, 'mailbox:4');
-  await subbed(c, 'mailbox:4');
+  const { gate, c, got } = await gatedSubscriber(server, 'mailbox:4');
   await publish(server, 'mailbox:4', 1);
   await got.until(1);
-  const lost = [];
-  c.on('lost', (topics) => {
-    lost.push(topics);
-    notify();
-  });
-  const drop = async () => {
-    await gate.shut();
-    await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the subscription');
-  };
-  await drop();
+  const lost = lostEvents(c);
+  await cutOff(gate, server);
   await publish(server, 'mailbox:4', 2);  // nothing is kept: lost
   await gate.open();
   await until(() => lost.length >= 1, "'lost'");
@@ -395,7 +390,7 @@ test('a topic found lost with nothing kept resumes from the position subbed gave
   assert.ok(answer.at?.['mailbox:4'], `subbed ${JSON.stringify(answer)} gives no position`);
   await until(() => c._topics.get('mailbox:4').since === answer.at['mailbox:4'], 'since to be the position');
   // Nothing published while away the second time: the resume is from the position, not lost.
-  await drop();
+  await cutOff(gate, server);
   await gate.open();
   await until(() => c._ws !== second && c._ws?.frames?.some((m) => m.op === 'subbed'), 'the next subbed');
   assert.deepEqual(c._ws.sent[0], { op: 'sub', topics: ['mailbox:4'], since: { 'mailbox:4': answer.at['mailbox:4'] } });

@@ -71,14 +71,6 @@ struct fixture {
   std::vector<std::string>& got(conn_id c) { return conns.sent[c]; }
 };
 
-std::vector<std::string> strs_of(simdjson::dom::element e, std::string_view key) {
-  simdjson::dom::array a;
-  REQUIRE(e[key].get(a) == simdjson::SUCCESS);
-  std::vector<std::string> out;
-  for (auto x : a) out.emplace_back(std::string_view(x));
-  return out;
-}
-
 std::string compact(std::initializer_list<std::string_view> patterns) {
   std::string out;
   for (std::string_view p : patterns) out.append(1, char(p.size())).append(p);
@@ -211,7 +203,7 @@ TEST_CASE("session: each topic new to the connection gets its position, and a re
   REQUIRE(at["t"].get(at_t) == simdjson::SUCCESS);
   REQUIRE(at["u"].get(at_u) == simdjson::SUCCESS);
   REQUIRE(at["v"].get(at_v) == simdjson::SUCCESS);
-  CHECK(strs_of(root, "lost") == std::vector<std::string>{"v"});
+  CHECK(subbed.find(R"("lost":["v"])") != std::string::npos);
   // Named again while subscribed: no position (the connection has the topic live already).
   x.say(1, R"({"op":"sub","topics":["t"]})");
   CHECK(x.got(1).back() == R"({"op":"subbed","topics":["t"],"lost":[]})");
