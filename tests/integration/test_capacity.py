@@ -7,11 +7,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (OP_TEXT, RawWebSocket, ServerProcess, arg_parser, check, http_exchange,  # noqa: E402
-                         run_main, run_step, upgrade_request)
+from wsp_testlib import (OP_TEXT, RawWebSocket, ServerProcess, admin_port, arg_parser, check,  # noqa: E402
+                         http_exchange, run_main, run_step, upgrade_request, wait_gauge)
 
 
-def over_capacity(port: int) -> None:
+def over_capacity(port: int, admin: int) -> None:
     held = [RawWebSocket(port).open() for _ in range(3)]
     for k, ws in enumerate(held):
         ws.send_frame(OP_TEXT, f"in {k}".encode())
@@ -26,7 +26,9 @@ def over_capacity(port: int) -> None:
     held[0].send_close(1000)
     held[0].expect_close(1000, reply=False)
     held[0].close_socket()
-    # The server closed that connection (expect_close saw EOF), so its slot is free again.
+    # The server answered the close and shut its side (the EOF expect_close saw), then waits for
+    # ours: the slot is free once it has read that, which the gauge shows.
+    wait_gauge(admin, "wspush_connections", 2, "two held connections after one left")
     with RawWebSocket(port).open() as newcomer:
         newcomer.send_frame(OP_TEXT, b"new")
         newcomer.expect_message(OP_TEXT, b"new")
@@ -37,7 +39,7 @@ def over_capacity(port: int) -> None:
 def run(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="echo", extra=["--max-connections", "3"],
                        quiet=not args.verbose) as server:
-        run_step("over --max-connections -> 503 with Retry-After", over_capacity, server.port)
+        run_step("over --max-connections -> 503 with Retry-After", over_capacity, server.port, admin_port(server))
         check(server.alive(), "server exited\n" + server.log_tail())
 
 

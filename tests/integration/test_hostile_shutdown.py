@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_testlib import (Findings, OP_TEXT, ServerProcess, TestFailure, accept_key, admin_port, arg_parser,  # noqa: E402
                          check, decode_frame, encode_frame, http_request, parse_http_head, recv_some, run_main,
-                         scaled, scrape_metrics, upgrade_request)
+                         scaled, scrape_metrics, upgrade_request, wait_gauge)
 
 MiB = 1 << 20
 DRAIN_SECONDS = 2
@@ -116,16 +116,6 @@ def wait_exit_within(server: ServerProcess, timeout: float) -> "tuple[int | None
 
 
 # ---- B.1: drain while publishing ------------------------------------------------------------------
-
-def wait_gauge(admin: int, name: str, want: float, what: str) -> None:
-    deadline = time.monotonic() + scaled(10)
-    while True:
-        got = sum(v for k, v in scrape_metrics(admin).items() if k == name or k.startswith(name + "{"))
-        if got == want:
-            return
-        check(time.monotonic() < deadline, f"{name} stayed at {got:g}, expected {want:g} ({what})")
-        time.sleep(0.02)  # polling a gauge: there is no event to wait on
-
 
 def subscribers_on_one_shard(port: int, admin: int, n: int, topic: str) -> "list[socket.socket]":
     """`n` subscribers of `topic`, all on the same reactor, so that the other reactor holds no

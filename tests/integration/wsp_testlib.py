@@ -377,6 +377,17 @@ def poll_until(cond, seconds: float, interval: float = 0.05) -> bool:
     return True
 
 
+def wait_gauge(admin: int, name: str, want: float, what: str) -> None:
+    """Until the sum of every series of gauge `name` is `want` (within a scaled 10 s)."""
+    deadline = time.monotonic() + scaled(10)
+    while True:
+        got = sum(v for k, v in scrape_metrics(admin).items() if k == name or k.startswith(name + "{"))
+        if got == want:
+            return
+        check(time.monotonic() < deadline, f"{name} stayed at {got:g}, expected {want:g} ({what})")
+        time.sleep(0.02)  # polling a gauge: there is no event to wait on
+
+
 def scrape_metrics(port: int) -> dict:
     """GET /metrics, parsed strictly enough for the tests: every line a comment or a sample.
     Keys are the series as written (`name{labels}`)."""
