@@ -15,7 +15,9 @@
 --                         the nodes from --history-size, --history-ttl and the larger of
 --                         --max-body-bytes and --max-message-bytes (nodes sharing a Redis
 --                         agree on them: the last one set up wins)
---   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}
+--   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}; no TTL: the
+--                         sweep (below) deletes it once its last publish is 2 * ttl_ms old
+--   wspush:sweep          hash: cursor (the sweep's SCAN cursor), at (when its last step ran)
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -90,14 +92,13 @@ end
 local function context()
   local maxlen, ttl, max_bytes = config()
   local t = redis.call('TIME')
-  return {maxlen = tostring(maxlen), ttl = ttl, px = tostring(ttl * 2), max_bytes = max_bytes,
-          prefix = epoch() .. ':', t = t}
+  return {maxlen = tostring(maxlen), max_bytes = max_bytes, prefix = epoch() .. ':', t = t}
 end
 
 -- One publish; `checked`: its topic and data were checked already (a node's). Returns its id
 -- (or an error reply) and whether it created the stream.
 -- The history is bounded by count here (MAXLEN); by age, wspush_replay returns nothing older
--- than ttl_ms, and the key goes 2 * ttl_ms after its last publish.
+-- than ttl_ms, and the sweep deletes the key 2 * ttl_ms after its last publish or later.
 local function publish_one(topic, data, x, checked)
   -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
   if type(topic) ~= 'string' or type(data) ~= 'string' then return redis.error_reply('ERR wspush: bad arguments'), false end
@@ -113,7 +114,6 @@ local function publish_one(topic, data, x, checked)
   local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', x.maxlen, '*', 'd', data)
   local created = not id
   if created then id = redis.call('XADD', stream, 'MAXLEN', x.maxlen, first_id(x.t), 'd', data) end
-  if x.ttl > 0 then redis.call('PEXPIRE', stream, x.px) end
   local full = x.prefix .. id
   redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
   return full, created
@@ -157,7 +157,8 @@ end
 -- `subbed` gave), <since> need not be an id the stream issued: it is a moment up to which the
 -- node has seen every event of the topic (a mark, see wspush_mark, or its last event). Then a
 -- stream with nothing after it, or no stream at all while one written after it would still be
--- there (it lives 2 * ttl past its last write), is not lost: nothing was published since.
+-- there (the sweep leaves it at least 2 * ttl past its last write), is not lost: nothing was
+-- published since.
 local function replay(keys, args)
   local topic, since, mark = args[1], args[2], args[3] == 'mark'
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
@@ -178,12 +179,12 @@ local function replay(keys, args)
     out[1] = 1
     return out
   end
-  -- Whether a stream written after <since> would have expired by now (mark only).
-  local could_expire = sid and ttl > 0 and now >= tonumber(string.match(sid, '^(%d+)')) + 2 * ttl
+  -- Whether a stream written after <since> may have been swept by now (mark only).
+  local could_be_swept = sid and ttl > 0 and now >= tonumber(string.match(sid, '^(%d+)')) + 2 * ttl
   if se ~= e then
     out[1] = 1
   elseif redis.call('EXISTS', stream) == 0 then
-    if not mark or could_expire then out[1] = 1 end
+    if not mark or could_be_swept then out[1] = 1 end
   else
     -- An id this stream issued and still holds is >= its first entry: trimming (MAXLEN at
     -- publish, or an operator's XTRIM) removes the oldest entries
@@ -213,7 +214,7 @@ local function replay(keys, args)
     elseif id_less(sid, first) then
       -- A mark before this life's first entry: lost if this life trimmed any entry, or an
       -- earlier life may have written after the mark (it expired since).
-      if not mark or tonumber(f['entries-added'] or 0) > tonumber(f['length'] or 0) or could_expire then
+      if not mark or tonumber(f['entries-added'] or 0) > tonumber(f['length'] or 0) or could_be_swept then
         out[1] = 1
       end
     end
@@ -255,17 +256,74 @@ end
 redis.register_function{function_name = 'wspush_publish', callback = publish, flags = {'no-cluster'}}
 redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch, flags = {'no-cluster'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-cluster', 'no-writes'}}
+
+-- The sweep. A stream has no TTL: one would cost every publish a PEXPIRE, and every lookup of
+-- the key a second one in Redis's table of expiries. Instead each wspush_mark (every node, about
+-- once a second) runs a step of a sweep over the keys, at most one step each 100 ms among all
+-- the nodes: it SCANs a share of the keyspace sized by the time since the last step (a whole
+-- pass in about ttl_ms), and deletes each stream whose last id is at least 2 * ttl_ms old. So a
+-- stream goes between 2 and about 3 times ttl_ms after its last publish while a node is
+-- connected; none is deleted sooner, which is what wspush_replay's mark mode relies on.
+-- ttl_ms 0 (no age limit): streams stay.
+
+-- The millisecond of the last id `stream` issued (nil: not a stream).
+local function last_ms(stream)
+  local e = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  if type(e) ~= 'table' or e.err then return nil end
+  local id = e[1] and e[1][1]
+  if not id then  -- no entry kept (--history-size 0, or removed): the id it issued last
+    local info = redis.call('XINFO', 'STREAM', stream)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then id = info[i + 1] end
+    end
+  end
+  return tonumber(string.match(id or '', '^(%d+)'))
+end
+
+-- Whether `stream` may be unwritten for `ms`: its idle time (OBJECT IDLETIME, whole seconds
+-- since it was last written or read) rules out cheaply the many written or read since. It is
+-- not exact (Redis does not update it while a child process saves), so for the others the last
+-- id decides: an idle time too short only delays a deletion, one too long costs a read. Under
+-- an LFU maxmemory-policy there is none, and every stream's last id is read.
+local function may_be_idle(stream, ms)
+  local idle = redis.pcall('OBJECT', 'IDLETIME', stream)
+  return type(idle) ~= 'number' or (idle + 1) * 1000 >= ms
+end
+
+local function sweep_step(ttl, now)
+  if ttl <= 0 then return end
+  local s = redis.call('HMGET', 'wspush:sweep', 'cursor', 'at')
+  local since = now - (tonumber(s[2]) or 0)
+  if since >= 0 and since < 100 then return end
+  -- A share of the keys for the time since the last step (at most 10 s of it: after a pause
+  -- the pass takes longer, no step blocks Redis for long), so that a pass takes about ttl_ms.
+  since = math.min(math.max(since, 100), 10000)
+  local count = math.max(100, math.ceil(redis.call('DBSIZE') * since / ttl))
+  local r = redis.call('SCAN', s[1] or '0', 'MATCH', 'wspush:stream:*', 'COUNT', count)
+  for _, stream in ipairs(r[2]) do
+    if may_be_idle(stream, 2 * ttl) then
+      local last = last_ms(stream)
+      if last and now >= last + 2 * ttl then redis.call('UNLINK', stream) end
+    end
+  end
+  redis.call('HSET', 'wspush:sweep', 'cursor', r[1], 'at', now)
+end
+
 -- FCALL wspush_mark 0 <channel> -> 1, and publishes "mark <epoch> <ms>" (the TIME it ran) on
 -- <channel>, a node's own: when the node hears it on its subscriber connection, every publish
 -- made before that moment on a topic it was subscribed to has reached it (Redis delivers in the
--- order it runs commands). After an outage it catches up from there.
+-- order it runs commands). After an outage it catches up from there. It runs a step of the
+-- sweep first (above).
 local function mark(keys, args)
   local channel = args[1]
   if type(channel) ~= 'string' or string.sub(channel, 1, 12) ~= 'wspush:node:' then
     return redis.error_reply('ERR wspush: bad channel')
   end
-  -- Writes nothing (the epoch a node set up with, or none: a Redis that lost its data since
-  -- has none until the next publish), so that it runs when Redis is out of memory too.
+  local _, ttl = config()
+  sweep_step(ttl, now_ms())
+  -- Reads the epoch a node set up with, or none (a Redis that lost its data since has none until
+  -- the next publish), and makes none, so that it runs when Redis is out of memory too, when the
+  -- sweep frees memory.
   local e = redis.call('GET', 'wspush:epoch') or ''
   redis.call('PUBLISH', channel, 'mark ' .. e .. ' ' .. now_ms())
   return 1

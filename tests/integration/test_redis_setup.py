@@ -10,11 +10,15 @@ client for what an operator or a backend does straight into Redis.
   logs Redis's refusal, stays unready (/readyz 503, `wspush_bus_up` 0, subs `unavailable`), keeps
   trying, and comes up by itself once the password is right;
 - `lost` after Redis dropped part of a topic's stream: trimmed by count (`--history-size`,
-  XTRIM MAXLEN), by id (XTRIM MINID), the key deleted or expired, also when a publish then writes
-  it again (within the same millisecond too, and many times over: the new stream never issues
-  again an id of the old one, and no key shared by all topics is kept for that), trimmed to
-  nothing, or an entry XDELed: a resume from an id older than what the stream still holds names
-  the topic in `lost` and still replays what is kept, in order, before what comes live;
+  XTRIM MAXLEN), by id (XTRIM MINID), the key deleted or expired (an operator's PEXPIRE), also
+  when a publish then writes it again (within the same millisecond too, and many times over: the
+  new stream never issues again an id of the old one, and no key shared by all topics is kept for
+  that), trimmed to nothing, or an entry XDELed: a resume from an id older than what the stream
+  still holds names the topic in `lost` and still replays what is kept, in order, before what
+  comes live;
+- the sweep: no stream key has a TTL; with --history-ttl 1 one is deleted once its last publish is
+  2 s old and not sooner, while one still published to stays, and a resume from the deleted one
+  is `lost`; also under an LFU maxmemory-policy, where Redis keeps no idle time;
 - a node set up while Redis answers `-LOADING` (reading its data set): unready while it loads,
   then it serves once the load ends, neither restarted nor given up.
 - a `since` of the right epoch whose stream id Redis cannot read (`<epoch>:99999999999999999999-0`)
@@ -320,7 +324,7 @@ async def lost_after_trim(args) -> None:
         await expect_events(ws, [fence], "nothing replayed from a deleted stream")
         await ws.close()
 
-        # The key expired (as it does 2 x --history-ttl after its last publish).
+        # The key expired (an operator's PEXPIRE: wspush sets none, its sweep deletes the key).
         exp = [pub("expiring", n) for n in (1, 2, 3)]
         check(r.pexpire("wspush:stream:expiring", 1), "PEXPIRE found no stream")
         deadline = time.monotonic() + scaled(10)
@@ -343,11 +347,12 @@ async def lost_after_trim(args) -> None:
         rs.close()
 
 
-async def on_a_node(args, steps) -> None:
-    """Runs `steps(s, r, pub)` against a fresh Redis and a node on it (--history-size 4)."""
-    rs = RedisServer(persistent=False).start()
+async def on_a_node(args, steps, extra=(), redis_extra=()) -> None:
+    """Runs `steps(s, r, pub)` against a fresh Redis (given `redis_extra`) and a node on it
+    (--history-size 4, `extra`)."""
+    rs = RedisServer(persistent=False, extra=redis_extra).start()
     r = resp(port=rs.port)
-    s = start_node(args, rs.url, extra=["--history-size", "4"])
+    s = start_node(args, rs.url, extra=["--history-size", "4", *extra])
     try:
         wait_ready(s)
 
@@ -359,6 +364,36 @@ async def on_a_node(args, steps) -> None:
     finally:
         s.kill()
         rs.close()
+
+
+async def swept(s: ServerProcess, r: redis.Redis, pub) -> None:
+    """--history-ttl 1: no stream key has a TTL; the sweep (a step with each node's mark, about
+    once a second) deletes one once its last publish is 2 s old and not sooner (Redis's own clock,
+    read with the key's existence in one MULTI), while one published to every 100 ms stays; a
+    resume from an id of the swept one is lost."""
+    gone = pub("swept", 1)
+    last_ms = int(gone[1].split(":", 1)[1].split("-")[0])
+    check(r.pttl("wspush:stream:swept") == -1, f"the stream has a TTL: {r.pttl('wspush:stream:swept')} ms")
+    deadline = time.monotonic() + scaled(20)
+    n = 0
+    while True:
+        n += 1
+        pub("kept", n)
+        p = r.pipeline(transaction=True)
+        p.time()
+        p.exists("wspush:stream:swept")
+        (sec, us), exists = p.execute()
+        now_ms = sec * 1000 + us // 1000
+        if not exists:
+            check(now_ms >= last_ms + 2000, f"swept {now_ms - last_ms} ms after its last publish, before 2 x --history-ttl")
+            break
+        check(time.monotonic() < deadline, f"still there {now_ms - last_ms} ms after its last publish")
+        await asyncio.sleep(0.1)  # a key's deletion has no event to wait on
+    check(r.exists("wspush:stream:kept") == 1, "a stream published to every 100 ms was swept")
+    check(r.pttl("wspush:stream:kept") == -1, f"the stream has a TTL: {r.pttl('wspush:stream:kept')} ms")
+    ws, reply = await resume(s, ["swept"], {"swept": gone[1]})
+    check(reply.get("lost") == ["swept"], f"resume from the swept stream's event: {reply}")
+    await ws.close()
 
 
 async def written_again(s: ServerProcess, r: redis.Redis, pub) -> None:
@@ -702,6 +737,11 @@ def main(args) -> None:
            lambda: asyncio.run(on_a_node(args, written_again)))
     f.step("lost after the stream was trimmed to nothing or an entry XDELed",
            lambda: asyncio.run(on_a_node(args, emptied_and_xdel)))
+    f.step("the sweep: a stream goes 2 x --history-ttl after its last publish, not sooner",
+           lambda: asyncio.run(on_a_node(args, swept, extra=["--history-ttl", "1"])))
+    f.step("the sweep under an LFU maxmemory-policy (Redis keeps no idle time)",
+           lambda: asyncio.run(on_a_node(args, swept, extra=["--history-ttl", "1"],
+                                         redis_extra=["--maxmemory-policy", "allkeys-lfu"])))
     f.step("a node set up while Redis is LOADING", lambda: asyncio.run(set_up_while_loading(args)))
     f.step("a since Redis cannot read, a replay Redis refuses: nothing kept", lambda: asyncio.run(bad_since(args)))
     f.step("Redis restarted empty: its subscribers hear lost", lambda: asyncio.run(lost_after_empty_restart(args)))
