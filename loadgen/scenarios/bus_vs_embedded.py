@@ -93,7 +93,7 @@ def run(a, binary: str, bus: bool) -> None:
                     raise RuntimeError("the node did not come up")
                 time.sleep(0.05)
             events = a.mailboxes * a.events_per_mailbox
-            c0 = redis_cpu(r) if r else 0.0
+            c0, t0 = redis_cpu(r) if r else 0.0, time.monotonic()
             stats0 = r.info("commandstats") if r else {}
             lg = subprocess.Popen(["taskset", "-c", a.client_cpu, a.loadgen, "mailboxes", "--url", f"ws://127.0.0.1:{port}/ws",
                                    "--admin", f"http://127.0.0.1:{aport}", "--connections", str(a.mailboxes),
@@ -105,13 +105,14 @@ def run(a, binary: str, bus: bool) -> None:
             while lg.poll() is None:
                 d = metric(aport, "wspush_fanout_deliveries_total")
                 if first is None and d > 0:
-                    first = (redis_cpu(r) if r else 0.0, threads(srv.pid))
+                    first = (redis_cpu(r) if r else 0.0, threads(srv.pid), time.monotonic(),
+                             r.info("commandstats") if r else {})
                 if first is not None and d >= events:
-                    last = (redis_cpu(r) if r else 0.0, threads(srv.pid))
+                    last = (redis_cpu(r) if r else 0.0, threads(srv.pid), time.monotonic())
                     break
                 time.sleep(0.01)
             stdout, stderr = lg.communicate()
-            c1 = redis_cpu(r) if r else 0.0
+            c1, t1 = redis_cpu(r) if r else 0.0, time.monotonic()
             stats1 = r.info("commandstats") if r else {}
             calls = stats1.get("cmdstat_fcall", {}).get("calls", 0) if r else 0
         finally:
@@ -126,22 +127,25 @@ def run(a, binary: str, bus: bool) -> None:
                 f"p50 {j['latency_us']['p50'] / 1000:.2f} ms, p99 {j['latency_us']['p99'] / 1000:.2f} ms, "
                 f"delivered {j['counters']['deliveries']}, lost {j['loss']}, doubled {j['counters']['duplicates']}")
         if bus:
-            line += f"; Redis {1e6 * (c1 - c0) / events:.1f} us/publish over the run"
+            line += f"; Redis {1e6 * (c1 - c0) / events:.1f} us/publish over the run ({t1 - t0:.1f} s)"
             if first and last:
-                line += f", {1e6 * (last[0] - first[0]) / events:.1f} in the publish window"
+                line += (f", {1e6 * (last[0] - first[0]) / events:.1f} in the publish window ({last[2] - first[2]:.2f} s),"
+                         f" {1e6 * (first[0] - c0) / events:.1f} before it ({first[2] - t0:.1f} s)")
             line += f", {calls} FCALLs"
         print(line, flush=True)
         if bus:
             # Where Redis's time went, by command (INFO commandstats; the commands a function runs
-            # are counted on their own too, and inside FCALL's time).
-            spent = []
-            for k, v in stats1.items():
-                before = stats0.get(k, {})
-                dc, du = v["calls"] - before.get("calls", 0), v["usec"] - before.get("usec", 0)
-                if dc:
-                    spent.append((du, k.removeprefix("cmdstat_"), dc))
-            print("    Redis commands: " + ", ".join(f"{name} {n} calls {du / events:.2f} us/publish" for du, name, n
-                                                     in sorted(spent, reverse=True)[:8]), flush=True)
+            # are counted on their own too, and inside FCALL's time): over the run, and before the
+            # publish window.
+            for what, a0, a1 in (("Redis commands", stats0, stats1), ("before the window", stats0, first[3] if first else {})):
+                spent = []
+                for k, v in a1.items():
+                    before = a0.get(k, {})
+                    dc, du = v["calls"] - before.get("calls", 0), v["usec"] - before.get("usec", 0)
+                    if dc:
+                        spent.append((du, k.removeprefix("cmdstat_"), dc))
+                print(f"    {what}: " + ", ".join(f"{name} {n} calls {du / events:.2f} us/publish" for du, name, n
+                                                  in sorted(spent, reverse=True)[:8]), flush=True)
         if first and last:
             for t, (v, nv) in sorted(last[1].items()):
                 if t in first[1] and (v - first[1][t][0] or nv - first[1][t][1]):
