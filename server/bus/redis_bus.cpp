@@ -22,6 +22,7 @@ constexpr std::uint64_t key_sub = 1, key_cmd = 2;
 constexpr std::string_view topic_prefix = "wspush:topic:";
 constexpr std::string_view node_prefix = "wspush:node:";
 constexpr std::size_t channels_per_command = 1000;
+constexpr std::size_t full_sub_batch = 64;          // (un)subscribes that go at once (send_batches)
 constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
 constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
 // A replay is read in pages (wspush_replay's bound): no reply Redis builds, nor one the node
@@ -695,11 +696,18 @@ void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept
   }
 }
 
-/// Subscribes and unsubscribes go out in batches: one command while none is unanswered, then
-/// the next with everything that gathered meanwhile (a round trip's worth, so 19,000
-/// mailboxes connecting at once cost a handful of commands, not 19,000).
+/// Subscribes and unsubscribes go out in batches: one command while none is unanswered, with
+/// everything that gathered meanwhile. A batch of fewer than full_sub_batch goes only if none
+/// did in this tick, else at the next (on_turn after on_tick): a lone sub goes at once, and one
+/// of many waits at most a tick (50 ms), so that 19,000 mailboxes connecting within a few
+/// seconds cost Redis a few hundred commands, each a read, a wake-up and a write, not thousands.
 void redis_bus::send_batches() noexcept {
   if (!_sub.connected() || _awaiting > 0) return;
+  if (_to_subscribe.size() < full_sub_batch && _to_unsubscribe.size() < full_sub_batch) {
+    if (_to_subscribe.empty() && _to_unsubscribe.empty()) return;
+    if (_small_batch_tick == _tick) return;
+    _small_batch_tick = _tick;
+  }
   auto send = [this](std::string_view verb, std::vector<std::string>& topics) {
     for (std::size_t at = 0; at < topics.size(); at += channels_per_command) {
       const std::size_t n = std::min(channels_per_command, topics.size() - at);
