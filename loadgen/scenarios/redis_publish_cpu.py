@@ -11,6 +11,8 @@ first round creates every topic's stream, the next ones add to them.
   loadgen/scenarios/redis_publish_cpu.py --topics 1000000 --batch 64
   loadgen/scenarios/redis_publish_cpu.py --function wspush_publish   # one by one
   loadgen/scenarios/redis_publish_cpu.py --node-bytes 512           # stream-node-max-bytes
+  loadgen/scenarios/redis_publish_cpu.py --topics 1000000 --rounds 1 --marks 6 --ttl 300
+      # then what a node's wspush_mark costs, one a second, with its step of the streams' sweep
 """
 
 import argparse
@@ -41,6 +43,9 @@ def main() -> None:
     p.add_argument("--redis-cpu", default="1")
     p.add_argument("--lua", default=LUA, help="the function library to load (another version's, to compare)")
     p.add_argument("--data", default='{"subject":"New mail","from":"alice@example.com","n":12345}')
+    p.add_argument("--ttl", type=int, default=300, help="history ttl in seconds (wspush:config ttl_ms)")
+    p.add_argument("--marks", type=int, default=0,
+                   help="after the rounds, this many wspush_mark calls a second apart (each runs a step of the sweep)")
     a = p.parse_args()
 
     rs = RedisServer(port=a.port, persistent=False, cpu=a.redis_cpu,
@@ -48,7 +53,7 @@ def main() -> None:
     try:
         r = redis.Redis(port=a.port)
         r.function_load(open(a.lua).read(), replace=True)
-        r.hset("wspush:config", mapping={"maxlen": 100, "ttl_ms": 300000, "max_event_bytes": 1 << 20})
+        r.hset("wspush:config", mapping={"maxlen": 100, "ttl_ms": a.ttl * 1000, "max_event_bytes": 1 << 20})
         # The subscriber: every topic's channel, read as fast as Redis writes (a raw socket).
         sub = socket.create_connection(("127.0.0.1", a.port))
         stop = threading.Event()
@@ -92,6 +97,20 @@ def main() -> None:
                   f"stream-node-max-bytes {a.node_bytes}, round {rnd + 1} ({what}): "
                   f"{used / a.topics * 1e6:.2f} us of Redis CPU per publish", flush=True)
         print(f"Redis used_memory {r.info('memory')['used_memory'] / (1 << 20):.1f} MB", flush=True)
+        if a.marks:
+            # The first step finds no earlier one and takes 10 s worth of keys: not counted.
+            r.fcall("wspush_mark", 0, "wspush:node:bench")
+            time.sleep(1)
+            r.config_resetstat()
+            for _ in range(a.marks):
+                r.fcall("wspush_mark", 0, "wspush:node:bench")
+                time.sleep(1)
+            st = r.info("commandstats")
+            print(f"wspush_mark, one a second, {a.topics} streams, ttl {a.ttl} s: "
+                  f"{st['cmdstat_fcall']['usec_per_call'] / 1000:.2f} ms of Redis each "
+                  f"(SCAN {st.get('cmdstat_scan', {}).get('usec_per_call', 0) / 1000:.2f} ms; "
+                  f"{st.get('cmdstat_object|idletime', {}).get('calls', 0) // a.marks} idle times and "
+                  f"{st.get('cmdstat_xrevrange', {}).get('calls', 0) // a.marks} last ids read a step)", flush=True)
         stop.set()
         t.join()
     finally:
