@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -10,6 +11,7 @@
 #include "proto/http_upgrade.hpp"
 #include "proto/utf8.hpp"
 #include "proto/ws_close.hpp"
+#include "proto/ws_deflate.hpp"
 #include "proto/ws_frame.hpp"
 #include "proto/ws_handshake.hpp"
 #include "proto/ws_reader.hpp"
@@ -111,4 +113,15 @@ TEST_CASE("no allocation: responses", "[alloc]") {
   CHECK(during == 0);  // operator new only; the SHA-1 context lives on the stack (see ws_handshake.cpp)
   CHECK(a > 0);
   CHECK(b > 0);
+}
+
+TEST_CASE("no allocation: permessage-deflate negotiation", "[alloc]") {
+  const std::array<std::string_view, 2> headers = {
+      "foo; bar=\"a \\\" b\", permessage-deflate; server_max_window_bits=10",
+      "permessage-deflate; client_max_window_bits; server_no_context_takeover"};
+  const std::size_t before = allocation_count();
+  const deflate_offer r = negotiate_deflate(headers);
+  const std::size_t during = allocation_count() - before;
+  CHECK(r == deflate_offer::accepted);
+  CHECK(during == 0);
 }

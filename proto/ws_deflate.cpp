@@ -1,0 +1,162 @@
+#include "proto/ws_deflate.hpp"
+
+#include <cstddef>
+
+#include "proto/detail/http_grammar.hpp"
+
+namespace wspush::proto {
+
+namespace {
+
+using detail::iequals;
+using detail::is_ows;
+using detail::k_tchar;
+
+/// Reads one Sec-WebSocket-Extensions list (RFC 6455 §9.1, with RFC 9110's list rules: OWS
+/// around the separators, empty elements ignored) offer by offer, and the parameters of each.
+class extension_list {
+ public:
+  explicit extension_list(std::string_view s) noexcept : _s(s) {}
+
+  bool failed() const noexcept { return _failed; }
+
+  /// The next offer's name, after any empty elements; false at the end (or on a syntax error).
+  bool next_offer(std::string_view& name) noexcept {
+    if (_failed) return false;
+    for (;;) {
+      skip_ows();
+      if (_i == _s.size()) return false;
+      if (_s[_i] != ',') break;
+      ++_i;
+    }
+    name = token();
+    return !name.empty() || fail();
+  }
+
+  /// The next parameter of the current offer; false once the offer ends (at a comma or the end).
+  /// `value` is empty for a parameter without one; `has_value` tells an empty quoted value from
+  /// none. A quoted value is given as it stands between its quotes (`unquoted` false if it holds
+  /// an escape: the only values read here are digits, which need none).
+  bool next_param(std::string_view& param, std::string_view& value, bool& has_value, bool& unquoted) noexcept {
+    skip_ows();
+    if (_i == _s.size() || _s[_i] == ',') return false;
+    if (_s[_i] != ';') return fail();
+    ++_i;
+    skip_ows();
+    param = token();
+    if (param.empty()) return fail();
+    skip_ows();
+    value = {};
+    has_value = false;
+    unquoted = true;
+    if (_i == _s.size() || _s[_i] != '=') return true;
+    ++_i;
+    skip_ows();
+    has_value = true;
+    if (_i < _s.size() && _s[_i] == '"') return quoted(value, unquoted);
+    value = token();
+    return !value.empty() || fail();
+  }
+
+ private:
+  void skip_ows() noexcept {
+    while (_i < _s.size() && is_ows(_s[_i])) ++_i;
+  }
+
+  std::string_view token() noexcept {
+    const std::size_t from = _i;
+    while (_i < _s.size() && k_tchar[static_cast<unsigned char>(_s[_i])]) ++_i;
+    return _s.substr(from, _i - from);
+  }
+
+  /// quoted-string (RFC 9110 §5.6.4): DQUOTE *( qdtext / quoted-pair ) DQUOTE.
+  bool quoted(std::string_view& value, bool& unquoted) noexcept {
+    const std::size_t from = ++_i;
+    for (; _i < _s.size(); ++_i) {
+      const auto c = static_cast<unsigned char>(_s[_i]);
+      if (c == '"') {
+        value = _s.substr(from, _i - from);
+        ++_i;
+        return true;
+      }
+      if (c == '\\') {
+        unquoted = false;
+        if (++_i == _s.size()) break;
+        const auto e = static_cast<unsigned char>(_s[_i]);
+        if (e != '\t' && (e < 0x20 || e == 0x7f)) break;
+        continue;
+      }
+      if (c != '\t' && (c < 0x20 || c == 0x7f)) break;
+    }
+    return fail();
+  }
+
+  bool fail() noexcept {
+    _failed = true;
+    return false;
+  }
+
+  std::string_view _s;
+  std::size_t _i = 0;
+  bool _failed = false;
+};
+
+/// A window-bits value (RFC 7692 §7.1.2.1): 8 to 15, decimal, no leading zero; 0 if invalid.
+unsigned window_bits(std::string_view v, bool unquoted) noexcept {
+  if (!unquoted) return 0;
+  if (v.size() == 1 && v[0] >= '8' && v[0] <= '9') return unsigned(v[0] - '0');
+  if (v.size() == 2 && v[0] == '1' && v[1] >= '0' && v[1] <= '5') return 10 + unsigned(v[1] - '0');
+  return 0;
+}
+
+/// Whether the parameters of one permessage-deflate offer are valid and honourable; reads them
+/// all (so that the list goes on at the next offer) whatever it finds.
+bool acceptable(extension_list& list) noexcept {
+  bool ok = true;
+  bool seen_server_nct = false, seen_client_nct = false, seen_server_bits = false, seen_client_bits = false;
+  std::string_view param, value;
+  bool has_value = false, unquoted = true;
+  while (list.next_param(param, value, has_value, unquoted)) {
+    if (iequals(param, "server_no_context_takeover")) {
+      ok = ok && !seen_server_nct && !has_value;
+      seen_server_nct = true;
+    } else if (iequals(param, "client_no_context_takeover")) {
+      ok = ok && !seen_client_nct && !has_value;
+      seen_client_nct = true;
+    } else if (iequals(param, "server_max_window_bits")) {
+      // A limit on the server's window: one shared frame for every subscriber is made with the
+      // full window, so only 15 (no limit) can be honoured.
+      ok = ok && !seen_server_bits && has_value && window_bits(value, unquoted) == 15;
+      seen_server_bits = true;
+    } else if (iequals(param, "client_max_window_bits")) {
+      // The client may limit its own window: its messages inflate with any.
+      ok = ok && !seen_client_bits && (!has_value || window_bits(value, unquoted) != 0);
+      seen_client_bits = true;
+    } else {
+      ok = false;  // an unknown parameter declines the offer (§5)
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+deflate_offer negotiate_deflate(std::span<const std::string_view> values) noexcept {
+  bool offered = false;
+  for (const std::string_view v : values) {
+    extension_list list(v);
+    std::string_view name;
+    while (list.next_offer(name)) {
+      const bool ours = iequals(name, "permessage-deflate");
+      const bool ok = acceptable(list);  // reads the offer's parameters, ours or not
+      if (list.failed()) return deflate_offer::malformed;
+      if (!ours) continue;
+      if (ok) return deflate_offer::accepted;
+      offered = true;
+    }
+    if (list.failed()) return deflate_offer::malformed;
+  }
+  return offered ? deflate_offer::declined : deflate_offer::none;
+}
+
+}  // namespace wspush::proto
