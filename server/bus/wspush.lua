@@ -17,7 +17,8 @@
 --                         agree on them: the last one set up wins)
 --   wspush:stream:<topic> the topic's history, a stream of entries {d: <data>}; no TTL: the
 --                         sweep (below) deletes it once its last publish is 2 * ttl_ms old
---   wspush:sweep          hash: cursor (the sweep's SCAN cursor), at (when its last step ran)
+--   wspush:sweep          hash: cursor (the sweep's SCAN cursor), at (when its last step ran),
+--                         pass (passes over the keyspace done)
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -90,7 +91,7 @@ end
 -- and the arguments every publish passes as strings (a number given to redis.call is formatted
 -- each time it is passed).
 local function context()
-  local maxlen, ttl, max_bytes = config()
+  local maxlen, _, max_bytes = config()
   local t = redis.call('TIME')
   return {maxlen = tostring(maxlen), max_bytes = max_bytes, prefix = epoch() .. ':', t = t}
 end
@@ -213,7 +214,7 @@ local function replay(keys, args)
       if id_less(sid, last) then out[1] = 1 end
     elseif id_less(sid, first) then
       -- A mark before this life's first entry: lost if this life trimmed any entry, or an
-      -- earlier life may have written after the mark (it expired since).
+      -- earlier life may have written after the mark (it was swept since).
       if not mark or tonumber(f['entries-added'] or 0) > tonumber(f['length'] or 0) or could_be_swept then
         out[1] = 1
       end
@@ -261,30 +262,37 @@ redis.register_function{function_name = 'wspush_replay', callback = replay, flag
 -- the key a second one in Redis's table of expiries. Instead each wspush_mark (every node, about
 -- once a second) runs a step of a sweep over the keys, at most one step each 100 ms among all
 -- the nodes: it SCANs a share of the keyspace sized by the time since the last step (a whole
--- pass in about ttl_ms), and deletes each stream whose last id is at least 2 * ttl_ms old. So a
--- stream goes between 2 and about 3 times ttl_ms after its last publish while a node is
--- connected; none is deleted sooner, which is what wspush_replay's mark mode relies on.
+-- pass in about ttl_ms), and deletes each stream whose last issued id is at least 2 * ttl_ms
+-- old. None is deleted sooner, which is what wspush_replay's mark mode relies on. Three passes
+-- in four pass over the streams read or written in the last 2 * ttl_ms (their idle time says
+-- so, without reading them): a stream not written goes between 2 and about 3 times ttl_ms after
+-- its last publish, or by the fourth pass, within about 6 times, if resumes keep reading it.
 -- ttl_ms 0 (no age limit): streams stay.
 
--- The millisecond of the last id `stream` issued (nil: not a stream).
-local function last_ms(stream)
+-- The millisecond of the last id `stream` issued, if it is at least `ms` old at `now` (else,
+-- or not a stream: nil). Its newest entry tells most streams apart with a small read (the last
+-- id issued is never below it); for the others the last id issued decides, as an entry may have
+-- been deleted (XDEL) or trimmed away since.
+local function old_last_ms(stream, ms, now)
   local e = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
   if type(e) ~= 'table' or e.err then return nil end
-  local id = e[1] and e[1][1]
-  if not id then  -- no entry kept (--history-size 0, or removed): the id it issued last
-    local info = redis.call('XINFO', 'STREAM', stream)
-    for i = 1, #info, 2 do
-      if info[i] == 'last-generated-id' then id = info[i + 1] end
+  local newest = e[1] and tonumber(string.match(e[1][1], '^(%d+)'))
+  if newest and now < newest + ms then return nil end
+  local info = redis.call('XINFO', 'STREAM', stream)
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      local last = tonumber(string.match(info[i + 1], '^(%d+)'))
+      if last and now >= last + ms then return last end
+      return nil
     end
   end
-  return tonumber(string.match(id or '', '^(%d+)'))
+  return nil
 end
 
--- Whether `stream` may be unwritten for `ms`: its idle time (OBJECT IDLETIME, whole seconds
--- since it was last written or read) rules out cheaply the many written or read since. It is
--- not exact (Redis does not update it while a child process saves), so for the others the last
--- id decides: an idle time too short only delays a deletion, one too long costs a read. Under
--- an LFU maxmemory-policy there is none, and every stream's last id is read.
+-- Whether `stream` may have been left alone for `ms`: its idle time (OBJECT IDLETIME, whole
+-- seconds since it was last written or read). Not exact (Redis does not update it while a child
+-- process saves): too short only delays a deletion, too long costs a read. Under an LFU
+-- maxmemory-policy there is none: every stream is read.
 local function may_be_idle(stream, ms)
   local idle = redis.pcall('OBJECT', 'IDLETIME', stream)
   return type(idle) ~= 'number' or (idle + 1) * 1000 >= ms
@@ -292,21 +300,23 @@ end
 
 local function sweep_step(ttl, now)
   if ttl <= 0 then return end
-  local s = redis.call('HMGET', 'wspush:sweep', 'cursor', 'at')
+  local s = redis.call('HMGET', 'wspush:sweep', 'cursor', 'at', 'pass')
   local since = now - (tonumber(s[2]) or 0)
   if since >= 0 and since < 100 then return end
   -- A share of the keys for the time since the last step (at most 10 s of it: after a pause
   -- the pass takes longer, no step blocks Redis for long), so that a pass takes about ttl_ms.
   since = math.min(math.max(since, 100), 10000)
   local count = math.max(100, math.ceil(redis.call('DBSIZE') * since / ttl))
+  local pass = tonumber(s[3]) or 0
+  local every = pass % 4 == 3  -- this pass reads every stream, idle or not
   local r = redis.call('SCAN', s[1] or '0', 'MATCH', 'wspush:stream:*', 'COUNT', count)
   for _, stream in ipairs(r[2]) do
-    if may_be_idle(stream, 2 * ttl) then
-      local last = last_ms(stream)
-      if last and now >= last + 2 * ttl then redis.call('UNLINK', stream) end
+    if (every or may_be_idle(stream, 2 * ttl)) and old_last_ms(stream, 2 * ttl, now) then
+      redis.call('UNLINK', stream)
     end
   end
-  redis.call('HSET', 'wspush:sweep', 'cursor', r[1], 'at', now)
+  if r[1] == '0' then pass = pass + 1 end
+  redis.call('HSET', 'wspush:sweep', 'cursor', r[1], 'at', now, 'pass', pass)
 end
 
 -- FCALL wspush_mark 0 <channel> -> 1, and publishes "mark <epoch> <ms>" (the TIME it ran) on
@@ -320,7 +330,8 @@ local function mark(keys, args)
     return redis.error_reply('ERR wspush: bad channel')
   end
   local _, ttl = config()
-  sweep_step(ttl, now_ms())
+  -- A step that fails (a stored cursor SCAN refuses, say) must not keep the mark from coming.
+  pcall(sweep_step, ttl, now_ms())
   -- Reads the epoch a node set up with, or none (a Redis that lost its data since has none until
   -- the next publish), and makes none, so that it runs when Redis is out of memory too, when the
   -- sweep frees memory.

@@ -16,9 +16,10 @@ client for what an operator or a backend does straight into Redis.
   that), trimmed to nothing, or an entry XDELed: a resume from an id older than what the stream
   still holds names the topic in `lost` and still replays what is kept, in order, before what
   comes live;
-- the sweep: no stream key has a TTL; with --history-ttl 1 one is deleted once its last publish is
-  2 s old and not sooner, while one still published to stays, and a resume from the deleted one
-  is `lost`; also under an LFU maxmemory-policy, where Redis keeps no idle time;
+- the sweep: no stream key has a TTL; with --history-ttl 1 one is deleted once the last id it
+  issued is 2 s old and not sooner (also one whose newest entry was XDELed, and one read all the
+  while), while one still published to stays, and a resume from a deleted one is `lost`; also
+  under an LFU maxmemory-policy, where Redis keeps no idle time;
 - a node set up while Redis answers `-LOADING` (reading its data set): unready while it loads,
   then it serves once the load ends, neither restarted nor given up.
 - a `since` of the right epoch whose stream id Redis cannot read (`<epoch>:99999999999999999999-0`)
@@ -42,9 +43,9 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
-from wsp_testlib import (Findings, ServerProcess, TestFailure, admin_port, arg_parser, check, no_positions,  # noqa: E402
-                         metric, poll_until, publish, publish_ok, recv_json, rss_bounds_checked, run_main, scaled,
-                         subscribe, rss_mb)
+from wsp_testlib import (Findings, ServerProcess, TestFailure, admin_port, arg_parser, check, gauge_sum,  # noqa: E402
+                         metric, no_positions, poll_until, publish, publish_ok, recv_json, rss_bounds_checked,
+                         run_main, scaled, subscribe, rss_mb)
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -368,26 +369,43 @@ async def on_a_node(args, steps, extra=(), redis_extra=()) -> None:
 
 async def swept(s: ServerProcess, r: redis.Redis, pub) -> None:
     """--history-ttl 1: no stream key has a TTL; the sweep (a step with each node's mark, about
-    once a second) deletes one once its last publish is 2 s old and not sooner (Redis's own clock,
-    read with the key's existence in one MULTI), while one published to every 100 ms stays; a
-    resume from an id of the swept one is lost."""
-    gone = pub("swept", 1)
-    last_ms = int(gone[1].split(":", 1)[1].split("-")[0])
+    once a second) deletes a stream once the last id it issued is 2 s old and not sooner (Redis's
+    own clock, read with the keys' existence in one MULTI): one published to once; one whose
+    newest entry was XDELed (2 s after the id it issued last, not after the entry it still holds);
+    one read every 100 ms (its idle time never grows: a pass in four reads every stream). One
+    published to every 100 ms stays. A resume from an id of a swept one is lost."""
+    def stream_ms(event_id: str) -> int:
+        return int(event_id.split(":", 1)[1].split("-")[0])
+
+    def redis_ms() -> int:
+        sec, us = r.time()
+        return sec * 1000 + us // 1000
+
+    gone, read, first = pub("swept", 1), pub("read", 1), pub("xdel", 1)
     check(r.pttl("wspush:stream:swept") == -1, f"the stream has a TTL: {r.pttl('wspush:stream:swept')} ms")
-    deadline = time.monotonic() + scaled(20)
+    # The XDELed entry 1.2 s after the one kept: swept by the kept one's age, it would go 0.8 s early.
+    check(poll_until(lambda: redis_ms() >= stream_ms(first[1]) + 1200, scaled(10)), "Redis's clock stood still")
+    deleted = pub("xdel", 2)
+    check(r.xdel("wspush:stream:xdel", deleted[1].split(":", 1)[1]) == 1, "XDEL removed no entry")
+    last = {"swept": stream_ms(gone[1]), "read": stream_ms(read[1]), "xdel": stream_ms(deleted[1])}
+    deadline = time.monotonic() + scaled(30)
     n = 0
-    while True:
+    while last:
         n += 1
         pub("kept", n)
+        r.xlen("wspush:stream:read")  # read, not written: its idle time starts again
         p = r.pipeline(transaction=True)
         p.time()
-        p.exists("wspush:stream:swept")
-        (sec, us), exists = p.execute()
+        for topic in last:
+            p.exists(f"wspush:stream:{topic}")
+        (sec, us), *exists = p.execute()
         now_ms = sec * 1000 + us // 1000
-        if not exists:
-            check(now_ms >= last_ms + 2000, f"swept {now_ms - last_ms} ms after its last publish, before 2 x --history-ttl")
-            break
-        check(time.monotonic() < deadline, f"still there {now_ms - last_ms} ms after its last publish")
+        for topic, there in zip(list(last), exists):
+            if not there:
+                check(now_ms >= last[topic] + 2000,
+                      f"{topic}: swept {now_ms - last[topic]} ms after the last id it issued, before 2 x --history-ttl")
+                del last[topic]
+        check(time.monotonic() < deadline, f"still there: {sorted(last)}")
         await asyncio.sleep(0.1)  # a key's deletion has no event to wait on
     check(r.exists("wspush:stream:kept") == 1, "a stream published to every 100 ms was swept")
     check(r.pttl("wspush:stream:kept") == -1, f"the stream has a TTL: {r.pttl('wspush:stream:kept')} ms")
@@ -479,7 +497,7 @@ async def settled_rss(s: ServerProcess, seconds: float = 3) -> float:
     side at once: it may still be writing to it) and it stopped falling (what they held is
     given back)."""
     deadline = time.monotonic() + scaled(60)  # a hang guard: the close timeout ends them all
-    while metric(s, "wspush_connections") > 0:
+    while gauge_sum(admin_port(s), "wspush_connections") > 0:
         check(time.monotonic() < deadline, "the node still holds connections its clients closed")
         await asyncio.sleep(0.1)  # polling a gauge: there is no event to wait on
     last = rss_mb(s.proc.pid)
@@ -737,7 +755,7 @@ def main(args) -> None:
            lambda: asyncio.run(on_a_node(args, written_again)))
     f.step("lost after the stream was trimmed to nothing or an entry XDELed",
            lambda: asyncio.run(on_a_node(args, emptied_and_xdel)))
-    f.step("the sweep: a stream goes 2 x --history-ttl after its last publish, not sooner",
+    f.step("the sweep: a stream goes 2 x --history-ttl after the last id it issued, not sooner",
            lambda: asyncio.run(on_a_node(args, swept, extra=["--history-ttl", "1"])))
     f.step("the sweep under an LFU maxmemory-policy (Redis keeps no idle time)",
            lambda: asyncio.run(on_a_node(args, swept, extra=["--history-ttl", "1"],

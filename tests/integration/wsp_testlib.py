@@ -377,15 +377,15 @@ def poll_until(cond, seconds: float, interval: float = 0.05) -> bool:
     return True
 
 
-def wait_gauge(admin: int, name: str, want: float, what: str) -> None:
-    """Until the sum of every series of gauge `name` is `want` (within a scaled 10 s)."""
-    deadline = time.monotonic() + scaled(10)
-    while True:
-        got = sum(v for k, v in scrape_metrics(admin).items() if k == name or k.startswith(name + "{"))
-        if got == want:
-            return
-        check(time.monotonic() < deadline, f"{name} stayed at {got:g}, expected {want:g} ({what})")
-        time.sleep(0.02)  # polling a gauge: there is no event to wait on
+def gauge_sum(admin: int, name: str) -> float:
+    """The sum of every series of gauge `name` (each state of wspush_connections, say)."""
+    return sum(v for k, v in scrape_metrics(admin).items() if k == name or k.startswith(name + "{"))
+
+
+def wait_gauge(admin: int, name: str, want: float, what: str, seconds: float = 10) -> None:
+    """Until gauge_sum(name) is `want` (within a scaled `seconds`)."""
+    if not poll_until(lambda: gauge_sum(admin, name) == want, scaled(seconds), interval=0.02):
+        check(False, f"{name} stayed at {gauge_sum(admin, name):g}, expected {want:g} ({what})")
 
 
 def scrape_metrics(port: int) -> dict:
