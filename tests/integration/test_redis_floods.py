@@ -30,9 +30,9 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisServer  # noqa: E402
-from wsp_testlib import (OP_CLOSE, OP_TEXT, Findings, RawWebSocket, ServerProcess, arg_parser,  # noqa: E402
-                         check, encode_frame, metric, poll_until, publish_ok, recv_json, rss_bounds_checked,
-                         run_main, scaled, subscribe, rss_mb, RssPeak)
+from wsp_testlib import (OP_CLOSE, OP_TEXT, Findings, RawWebSocket, ServerProcess, admin_port,  # noqa: E402
+                         arg_parser, check, encode_frame, metric, poll_until, publish_ok, recv_json,
+                         rss_bounds_checked, run_main, scaled, subscribe, rss_mb, RssPeak, wait_gauge)
 
 FLOOD_SECONDS = 3.0
 PUB_BYTES = 60_000
@@ -70,6 +70,7 @@ async def flood(s: ServerProcess, seconds: float) -> "tuple[int, float]":
     finally:
         rss.stop()
         ws.transport.abort()
+        await ws.wait_closed()  # the socket closes on the loop's next turn, not in abort()
     return sent, rss.peak_mb
 
 
@@ -80,7 +81,7 @@ async def pub_flood(args) -> None:
         wait_up(s)
         # Warm-up: a short flood, so the pools and the allocator find their size; then the base.
         await flood(s, 0.5)
-        check(poll_until(lambda: metric(s, "wspush_connections") == 0, scaled(20)), "the warm-up connection stayed")
+        wait_gauge(admin_port(s), "wspush_connections", 0, "the warm-up connection stayed", seconds=20)
         base = rss_mb(s.proc.pid)
         sent, peak = await flood(s, FLOOD_SECONDS)
         print(f"  Redis healthy: {sent} pubs of {PUB_BYTES} B in {FLOOD_SECONDS:.0f} s; node RSS {base:.1f} -> "

@@ -100,9 +100,11 @@ async function until(cond, what, seconds = 10) {
 }
 
 /** Runs in the page before its client is made: numbers the page's WebSocket connections
- * (window.__dials) and keeps what each received and sent (window.__frames, window.__sent). */
+ * (window.__dials), keeps what each received and sent (window.__frames, window.__sent), and
+ * which one opened last (window.__opened). */
 function instrument() {
   window.__dials = 0;
+  window.__opened = 0;
   window.__frames = [];
   window.__sent = [];
   const Native = window.WebSocket;
@@ -111,6 +113,7 @@ function instrument() {
       super(...args);
       const dial = ++window.__dials;
       this.dial = dial;
+      this.addEventListener('open', () => { window.__opened = dial; });
       this.addEventListener('message', (e) => window.__frames.push({ dial, m: JSON.parse(e.data) }));
     }
 
@@ -158,7 +161,7 @@ test('the demo page: live notifications, a server restart survived, lost reporte
     await subbed(page, 'mailbox:7');
     await publish(server, 'mailbox:7', { from: 'alice', subject: 'Hello from the test' });
     await notes.getByText('alice: Hello from the test').waitFor(wait);
-    const first = await page.evaluate(() => window.__dials);  // the connection alice came on
+    const first = await page.evaluate(() => window.__opened);  // the connection alice came on
 
     // Quick tries once the link is back (the default window grows to 30 s).
     await page.evaluate(() => { window.wspushClient._base = 100; window.wspushClient._max = 400; });
@@ -175,12 +178,12 @@ test('the demo page: live notifications, a server restart survived, lost reporte
     await stateIs('open');
     await page.getByTestId('log').getByText('no longer reaches back for mailbox:7').waitFor(wait);
     await notes.getByText('bob: Sent while you were away').waitFor(wait);
-    // On the connection that came back: the sub asked for what came after alice, the reply said
-    // the new server's history does not reach back (lost), and bob followed it. (Not "a dial
-    // after the gate opened": a WebSocket is counted when made, and one made while the gate was
-    // shut may still be connecting when it opens, and be the one that gets through.)
-    const dial = await page.evaluate(() => window.__dials);
-    assert.ok(dial > first, 'no new connection');
+    // On the connection that came back (the one that opened: one made while the gate was shut
+    // may still be connecting when it opens, and be the one that gets through), the sub asked
+    // for what came after alice, the reply said the new server's history does not reach back
+    // (lost), and bob followed it.
+    const dial = await page.evaluate(() => window.__opened);
+    assert.ok(dial > first, `the page is on connection ${dial}, the one alice came on was ${first}`);
     const frames = await page.evaluate((d) => window.__frames.filter((f) => f.dial === d).map((f) => f.m), dial);
     const sent = await page.evaluate((d) => window.__sent.filter((f) => f.dial === d).map((f) => f.m), dial);
     assert.ok(sent[0].op === 'sub' && sent[0].since?.['mailbox:7'], `the resubscription ${JSON.stringify(sent[0])} has no since`);
