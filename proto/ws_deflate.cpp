@@ -35,9 +35,9 @@ class extension_list {
 
   /// The next parameter of the current offer; false once the offer ends (at a comma or the end).
   /// `value` is empty for a parameter without one; `has_value` tells an empty quoted value from
-  /// none. A quoted value is given as it stands between its quotes (`unquoted` false if it holds
-  /// an escape: the only values read here are digits, which need none).
-  bool next_param(std::string_view& param, std::string_view& value, bool& has_value, bool& unquoted) noexcept {
+  /// none. A quoted value is given as it stands between its quotes, `escaped` if it holds a
+  /// quoted-pair (unescape() reads it).
+  bool next_param(std::string_view& param, std::string_view& value, bool& has_value, bool& escaped) noexcept {
     skip_ows();
     if (_i == _s.size() || _s[_i] == ',') return false;
     if (_s[_i] != ';') return fail();
@@ -48,12 +48,12 @@ class extension_list {
     skip_ows();
     value = {};
     has_value = false;
-    unquoted = true;
+    escaped = false;
     if (_i == _s.size() || _s[_i] != '=') return true;
     ++_i;
     skip_ows();
     has_value = true;
-    if (_i < _s.size() && _s[_i] == '"') return quoted(value, unquoted);
+    if (_i < _s.size() && _s[_i] == '"') return quoted(value, escaped);
     value = token();
     return !value.empty() || fail();
   }
@@ -70,7 +70,7 @@ class extension_list {
   }
 
   /// quoted-string (RFC 9110 §5.6.4): DQUOTE *( qdtext / quoted-pair ) DQUOTE.
-  bool quoted(std::string_view& value, bool& unquoted) noexcept {
+  bool quoted(std::string_view& value, bool& escaped) noexcept {
     const std::size_t from = ++_i;
     for (; _i < _s.size(); ++_i) {
       const auto c = static_cast<unsigned char>(_s[_i]);
@@ -80,7 +80,7 @@ class extension_list {
         return true;
       }
       if (c == '\\') {
-        unquoted = false;
+        escaped = true;
         if (++_i == _s.size()) break;
         const auto e = static_cast<unsigned char>(_s[_i]);
         if (e != '\t' && (e < 0x20 || e == 0x7f)) break;
@@ -102,8 +102,18 @@ class extension_list {
 };
 
 /// A window-bits value (RFC 7692 §7.1.2.1): 8 to 15, decimal, no leading zero; 0 if invalid.
-unsigned window_bits(std::string_view v, bool unquoted) noexcept {
-  if (!unquoted) return 0;
+/// `escaped`: `v` holds quoted-pairs, read without their backslashes (RFC 6455 §9.1: the value
+/// after unescaping is what counts).
+unsigned window_bits(std::string_view v, bool escaped) noexcept {
+  char plain[2];
+  if (escaped) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (n == sizeof plain) return 0;
+      plain[n++] = v[i] == '\\' ? v[++i] : v[i];  // a quoted-pair always has its second byte
+    }
+    v = std::string_view(plain, n);
+  }
   if (v.size() == 1 && v[0] >= '8' && v[0] <= '9') return unsigned(v[0] - '0');
   if (v.size() == 2 && v[0] == '1' && v[1] >= '0' && v[1] <= '5') return 10 + unsigned(v[1] - '0');
   return 0;
@@ -115,8 +125,8 @@ bool acceptable(extension_list& list) noexcept {
   bool ok = true;
   bool seen_server_nct = false, seen_client_nct = false, seen_server_bits = false, seen_client_bits = false;
   std::string_view param, value;
-  bool has_value = false, unquoted = true;
-  while (list.next_param(param, value, has_value, unquoted)) {
+  bool has_value = false, escaped = false;
+  while (list.next_param(param, value, has_value, escaped)) {
     if (iequals(param, "server_no_context_takeover")) {
       ok = ok && !seen_server_nct && !has_value;
       seen_server_nct = true;
@@ -126,11 +136,11 @@ bool acceptable(extension_list& list) noexcept {
     } else if (iequals(param, "server_max_window_bits")) {
       // A limit on the server's window: one shared frame for every subscriber is made with the
       // full window, so only 15 (no limit) can be honoured.
-      ok = ok && !seen_server_bits && has_value && window_bits(value, unquoted) == 15;
+      ok = ok && !seen_server_bits && has_value && window_bits(value, escaped) == 15;
       seen_server_bits = true;
     } else if (iequals(param, "client_max_window_bits")) {
       // The client may limit its own window: its messages inflate with any.
-      ok = ok && !seen_client_bits && (!has_value || window_bits(value, unquoted) != 0);
+      ok = ok && !seen_client_bits && (!has_value || window_bits(value, escaped) != 0);
       seen_client_bits = true;
     } else {
       ok = false;  // an unknown parameter declines the offer (§5)

@@ -46,13 +46,16 @@ TEST_CASE("deflate: window bits", "[deflate]") {
     // The shared frames are made with the full window: a smaller one cannot be honoured.
     CHECK(offer({server}) == (bits == 15 ? deflate_offer::accepted : deflate_offer::declined));
   }
-  for (std::string_view bad : {"0", "7", "16", "015", "08", "1", "150", "-9", "9a", "\"1\\5\""}) {
+  for (std::string_view bad : {"0", "7", "16", "015", "08", "1", "150", "-9", "9a", "\"1\\6\"", "\"\\1\\5\\ \""}) {
     const std::string client = "permessage-deflate; client_max_window_bits=" + std::string(bad);
     CHECK(offer({client}) == deflate_offer::declined);
     const std::string server = "permessage-deflate; server_max_window_bits=" + std::string(bad);
     CHECK(offer({server}) == deflate_offer::declined);
   }
   CHECK(offer({"permessage-deflate; server_max_window_bits"}) == deflate_offer::declined);  // a value is required
+  // A quoted value counts as it reads unescaped (RFC 6455 §9.1).
+  CHECK(offer({"permessage-deflate; server_max_window_bits=\"1\\5\""}) == deflate_offer::accepted);
+  CHECK(offer({"permessage-deflate; client_max_window_bits=\"\\9\""}) == deflate_offer::accepted);
 }
 
 TEST_CASE("deflate: invalid parameters decline the offer", "[deflate]") {
@@ -71,6 +74,8 @@ TEST_CASE("deflate: invalid parameters decline the offer", "[deflate]") {
 TEST_CASE("deflate: the first offer that can be taken is", "[deflate]") {
   CHECK(offer({"permessage-deflate; server_max_window_bits=10, permessage-deflate"}) == deflate_offer::accepted);
   CHECK(offer({"foo; bar, permessage-deflate; client_max_window_bits"}) == deflate_offer::accepted);
+  CHECK(offer({"foo; a=\"x, permessage-deflate; y\""}) == deflate_offer::none);  // a comma inside a quoted value
+  CHECK(offer({"foo; a=\"x, y\", permessage-deflate"}) == deflate_offer::accepted);
   CHECK(offer({"permessage-deflate; server_max_window_bits=10, permessage-deflate; server_max_window_bits=9"}) ==
         deflate_offer::declined);
   // The header repeated: its values are one list.
