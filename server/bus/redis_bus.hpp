@@ -304,7 +304,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::uint64_t _link_gen = 0;         // counts outages: a page sent before one is not in flight after it
   std::vector<std::string> _to_subscribe, _to_unsubscribe;
   std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
-  std::uint64_t _small_batch_tick = UINT64_MAX;  // the tick a batch short of full_sub_batch last went
+  std::uint32_t _small_batch_tick = UINT32_MAX;  // the tick a batch short of full_sub_batch last went
   std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way
   std::mutex _tickets_m;
   std::uint64_t _next_ticket = 1;
