@@ -251,6 +251,11 @@ bool note_header(std::string_view name, std::string_view raw, upgrade_request& o
       if (!iequals_sec_name(name, "sec-websocket-protocol")) return false;
       if (out.protocol.empty()) out.protocol = trim_ows(raw);
       return true;
+    case 24:
+      if (!iequals_sec_name(name, "sec-websocket-extensions")) return false;
+      if (out.extension_headers < out.extensions.size()) out.extensions[out.extension_headers] = trim_ows(raw);
+      if (out.extension_headers <= out.extensions.size()) ++out.extension_headers;
+      return true;
     default:
       return false;
   }

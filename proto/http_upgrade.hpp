@@ -5,6 +5,7 @@
 /// Views into the caller's bytes, no header map, no copies, no allocation. It keeps what the
 /// server needs (target, key, token, a few headers for logs) and checks the rest on the way.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -14,9 +15,16 @@ namespace wspush::proto {
 /// Views into the bytes given to upgrade_parser::parse: valid as long as those bytes are.
 /// Only the fields up to what the outcome covers are set (e.g. `key` only for websocket).
 struct upgrade_request {
+  static constexpr std::size_t max_extension_headers = 4;
+
   std::string_view method, target, path, query, host, key, version, origin, protocol;
   std::string_view if_none_match;  // a plain GET's conditional (the first one)
   std::string_view token;  // `token` query parameter, else the `wspush_token` cookie; empty if neither
+  /// The Sec-WebSocket-Extensions values in order (OWS trimmed), the first
+  /// max_extension_headers of them; `extension_headers` counts them all, so more than that
+  /// many (a list the server does not read whole) shows as a count above the array's size.
+  std::array<std::string_view, max_extension_headers> extensions{};
+  std::uint8_t extension_headers = 0;
 };
 
 enum class upgrade_outcome : std::uint8_t { need_more, websocket, plain_http, error };

@@ -139,6 +139,8 @@ TEST_CASE("upgrade: Chrome-like request", "[upgrade]") {
   CHECK(r.origin == "http://localhost:8080");
   CHECK(r.protocol.empty());
   CHECK(r.token == "abc.def.ghi");  // the query wins over the cookie
+  CHECK(r.extension_headers == 1);
+  CHECK(r.extensions[0] == "permessage-deflate; client_max_window_bits");
   // views point into the input, nothing was copied
   CHECK(r.key.data() >= chrome_request.data());
   CHECK(r.key.data() + r.key.size() <= chrome_request.data() + chrome_request.size());
@@ -153,6 +155,28 @@ TEST_CASE("upgrade: Firefox-like request", "[upgrade]") {
   CHECK(r.origin == "https://example.com");
   CHECK(r.protocol == "wspush.v1");
   CHECK(r.token == "quoted.tok");  // from the cookie, without its quotes
+  CHECK(r.extension_headers == 1);
+  CHECK(r.extensions[0] == "permessage-deflate");
+}
+
+TEST_CASE("upgrade: Sec-WebSocket-Extensions kept in order, repeated or not", "[upgrade]") {
+  const std::string head =
+      "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+  const upgrade_request none = expect_websocket(head + "\r\n");
+  CHECK(none.extension_headers == 0);
+  const upgrade_request two = expect_websocket(head + "sec-websocket-extensions:  foo; a=1 \r\n"
+                                                      "SEC-WEBSOCKET-EXTENSIONS:permessage-deflate\r\n\r\n");
+  CHECK(two.extension_headers == 2);
+  CHECK(two.extensions[0] == "foo; a=1");
+  CHECK(two.extensions[1] == "permessage-deflate");
+  std::string many = head;
+  for (int k = 0; k < 6; ++k) many += "Sec-WebSocket-Extensions: x" + std::to_string(k) + "\r\n";
+  const upgrade_request more = expect_websocket(many + "\r\n");
+  // More than it keeps: the count says so (one past the array), the first ones are kept.
+  CHECK(more.extension_headers == upgrade_request::max_extension_headers + 1);
+  CHECK(more.extensions[0] == "x0");
+  CHECK(more.extensions[3] == "x3");
 }
 
 TEST_CASE("upgrade: RFC 6455 example request and its accept key", "[upgrade]") {
