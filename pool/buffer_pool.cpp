@@ -88,6 +88,7 @@ lease pool_state::acquire(std::size_t min_capacity) noexcept {
     }
   }
   b->size = 0;
+  b->next_free = nullptr;  // no twin
   return lease(b);
 }
 
@@ -115,7 +116,12 @@ void pool_state::give_back(std::size_t idx, block_header* b) noexcept {
   if (b != nullptr) free_block(b);
 }
 
-void release_block(block_header* b) noexcept { b->owner->give_back(b->size_class, b); }
+void release_block(block_header* b) noexcept {
+  // The reference this block held on its twin (a twin may have one too: a short chain).
+  if (block_header* twin = std::exchange(b->next_free, nullptr))
+    if (twin->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) release_block(twin);
+  b->owner->give_back(b->size_class, b);
+}
 
 }  // namespace detail
 

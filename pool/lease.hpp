@@ -24,7 +24,9 @@ struct pool_state;
 /// and a small frame shares its first cache line with the header.
 struct alignas(32) block_header {
   pool_state* owner;           ///< where the block goes back to
-  block_header* next_free;     ///< free-list link while cached
+  /// While cached: the free-list link. While out: a frame's twin (frame_ref::set_twin), the
+  /// same message in another encoding, on which this block holds one reference; else null.
+  block_header* next_free;
   std::uint32_t capacity;      ///< bytes of data (the size class)
   std::uint32_t size;          ///< bytes in use
   std::atomic<std::uint32_t> refs;  ///< frame_ref count (unused by a lease)

@@ -67,6 +67,26 @@ class frame_ref {
 
   void swap(frame_ref& other) noexcept { std::swap(_blk, other._blk); }
 
+  /// Pairs this frame with `twin`, the same message in another encoding (the permessage-deflate
+  /// frame of an event): whoever shares this frame shares the twin with it, into a history, a
+  /// replay, a joined run. Only while this is the frame's one reference, before it is shared,
+  /// and at most once; otherwise false, and nothing changes.
+  bool set_twin(frame_ref&& twin) noexcept {
+    if (_blk == nullptr || !twin._blk || twin._blk == _blk || _blk->next_free != nullptr ||
+        _blk->refs.load(std::memory_order_relaxed) != 1)
+      return false;
+    _blk->next_free = std::exchange(twin._blk, nullptr);  // its reference moves into this block
+    return true;
+  }
+  /// A reference to the twin; empty when there is none.
+  frame_ref twin() const noexcept {
+    if (_blk == nullptr || _blk->next_free == nullptr) return {};
+    frame_ref t(_blk->next_free);
+    t.add_ref();
+    return t;
+  }
+  bool has_twin() const noexcept { return _blk != nullptr && _blk->next_free != nullptr; }
+
   /// Gives up this reference as a raw pointer (for io_uring user_data, intrusive queues,
   /// C APIs); the count is unchanged. Null when empty. Take it back with from_raw().
   void* release_raw() noexcept { return std::exchange(_blk, nullptr); }

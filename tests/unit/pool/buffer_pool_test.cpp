@@ -251,6 +251,60 @@ TEST_CASE("frame_ref: adopt, copy, move, raw round trip, last one returns the bl
   CHECK(frame_ref{}.bytes().empty());
 }
 
+TEST_CASE("frame_ref: a twin lives as long as its frame or its own last holder, and a reused block has none",
+          "[frame_ref]") {
+  buffer_pool pool;
+  auto make = [&](std::size_t n, std::uint8_t seed) {
+    lease l = pool.acquire(n);
+    fill_pattern(l.data(), n, seed);
+    l.set_size(n);
+    return frame_ref::adopt(std::move(l));
+  };
+  frame_ref plain = make(200, 1);     // class 0 (up to 256 B)
+  frame_ref packed = make(400, 2);    // class 1 (up to 512 B): counted apart from the plain one
+  frame_ref other = make(400, 3);
+  CHECK_FALSE(plain.has_twin());
+  CHECK_FALSE(plain.twin());
+  REQUIRE(plain.set_twin(frame_ref(packed)));
+  CHECK(packed.use_count() == 2);     // ours and the one the plain frame holds
+  CHECK_FALSE(plain.set_twin(frame_ref(other)));  // at most once
+  CHECK(other.use_count() == 1);      // a refused twin is dropped by the caller's temporary
+  CHECK_FALSE(packed.set_twin(frame_ref(other)));  // not once shared
+  CHECK(packed.use_count() == 2);
+  CHECK_FALSE(plain.set_twin(frame_ref(plain)));
+
+  frame_ref shared = plain;  // whoever shares the frame shares the twin
+  frame_ref t = shared.twin();
+  REQUIRE(t);
+  CHECK(t.bytes().data() == packed.bytes().data());
+  CHECK(has_pattern(t.bytes().data(), 400, 2));
+  CHECK(packed.use_count() == 3);
+  packed.reset();
+  t.reset();
+  CHECK(pool.stats(1).leased == 2);   // the twin and `other`
+  shared.reset();
+  plain.reset();                      // the last holder of the frame lets its twin go
+  CHECK(pool.stats(0).leased == 0);
+  CHECK(pool.stats(1).leased == 1);
+
+  // A twin held by a queue outlives the frame it came with.
+  frame_ref f = make(200, 4);
+  REQUIRE(f.set_twin(make(400, 5)));
+  frame_ref kept = f.twin();
+  f.reset();
+  CHECK(pool.stats(1).leased == 2);
+  CHECK(has_pattern(kept.bytes().data(), 400, 5));
+  kept.reset();
+  CHECK(pool.stats(1).leased == 1);
+
+  // The cached block comes back without the twin it had as a frame.
+  frame_ref again = make(200, 6);
+  CHECK_FALSE(again.has_twin());
+  lease l = pool.acquire(200);
+  frame_ref from_lease = frame_ref::adopt(std::move(l));
+  CHECK_FALSE(from_lease.has_twin());
+}
+
 TEST_CASE("frame_ref: references copied and dropped on many threads", "[frame_ref]") {
   buffer_pool pool;
   lease l = pool.acquire(100);
