@@ -26,6 +26,7 @@ namespace wspush::proto {
 struct ws_limits {
   std::uint32_t max_frame_bytes = 16u << 20;    // one frame's payload
   std::uint32_t max_message_bytes = 16u << 20;  // sum of a message's fragments
+  bool deflate = false;  // permessage-deflate negotiated: RSV1 marks a compressed message
 };
 
 /// `consumed` bytes from the start of the input are finished with. On `error`, `error` is the
@@ -40,9 +41,12 @@ struct read_result {
 /// them. Returning false stops consumption right after that event.
 template <class H>
 concept ws_reader_handler = requires(H& h, opcode op, std::span<std::uint8_t> bytes, bool flag) {
-  { h.on_data(op, bytes, flag, flag) } -> std::convertible_to<bool>;
   { h.on_control(op, bytes) } -> std::convertible_to<bool>;
-};
+} && (requires(H& h, opcode op, std::span<std::uint8_t> bytes, bool flag) {
+  { h.on_data(op, bytes, flag, flag) } -> std::convertible_to<bool>;
+} || requires(H& h, opcode op, std::span<std::uint8_t> bytes, bool flag) {
+  { h.on_data(op, bytes, flag, flag, flag) } -> std::convertible_to<bool>;
+});
 
 class ws_reader {
  public:
@@ -52,7 +56,11 @@ class ws_reader {
   ///       an empty final continuation frame: then called once with first/last as appropriate;
   ///       an empty frame in the middle of a message produces no call). Text pieces are already
   ///       UTF-8 validated incrementally (fail fast); `last` implies the text ended on a
-  ///       code-point boundary.
+  ///       code-point boundary. With limits.deflate, a message whose first frame has RSV1
+  ///       set is compressed: its pieces are deflate data, not validated, and a handler that
+  ///       takes a fifth argument, `bool compressed`, is told so (the caller inflates the whole
+  ///       message and validates it; one that takes four never sees a compressed message
+  ///       unless it set limits.deflate).
   ///   bool on_control(opcode op /*ping|pong|close*/, std::span<std::uint8_t> payload) noexcept;
   ///       a complete control frame, unmasked; a close payload is already validated with
   ///       parse_close_payload. Frames after a close are still read: stop by returning false.
@@ -74,6 +82,7 @@ class ws_reader {
     f_op_mask = 0x03,  // message opcode: 0 none, 1 text, 2 binary
     f_fin = 0x04,      // the current data frame is the message's last
     f_started = 0x08,  // on_data has been called for this message
+    f_compressed = 0x10,  // RSV1 on the message's first frame (permessage-deflate)
   };
   enum class step_kind : std::uint8_t { go_on, stop, need_more, error };
   struct step {
@@ -108,8 +117,11 @@ static_assert(sizeof(ws_reader) == 16, "ws_reader layout changed: recheck the bu
 // ---- implementation -----------------------------------------------------------------------
 
 inline close_code ws_reader::check_header(const frame_header& h, const ws_limits& limits) const noexcept {
-  // No extension is ever negotiated, so RSV bits are always a violation; clients must mask.
-  if (h.rsv != 0 || !h.masked || !is_known_opcode(h.raw_opcode)) return close_code::protocol_error;
+  // RSV1 is permessage-deflate's "compressed" bit, only on the first frame of a data message
+  // (RFC 7692 §6); other RSV bits are never negotiated. Clients must mask.
+  const bool first_data = !is_control(h.raw_opcode) && h.raw_opcode != static_cast<std::uint8_t>(opcode::continuation);
+  const bool rsv_ok = h.rsv == 0 || (h.rsv == 4 && limits.deflate && first_data);
+  if (!rsv_ok || !h.masked || !is_known_opcode(h.raw_opcode)) return close_code::protocol_error;
   if (is_control(h.raw_opcode)) {
     // size 6 = 7-bit length + mask: a control frame with an extended length is not minimal,
     // and refusing it keeps a whole control frame within 131 bytes for the caller.
@@ -126,7 +138,7 @@ inline close_code ws_reader::check_header(const frame_header& h, const ws_limits
 
 inline void ws_reader::start_data_frame(const frame_header& h) noexcept {
   if (h.raw_opcode != static_cast<std::uint8_t>(opcode::continuation)) {
-    _flags = h.raw_opcode;  // op; not started
+    _flags = static_cast<std::uint8_t>(h.raw_opcode | (h.rsv != 0 ? f_compressed : 0));  // op; not started
     _message_bytes = 0;
     _utf8.reset();
   }
@@ -142,7 +154,8 @@ template <class Handler>
 ws_reader::step ws_reader::deliver(std::span<std::uint8_t> piece, bool last, std::size_t used,
                                    Handler& handler) noexcept {
   const opcode op = message_op();
-  if (op == opcode::text && (!_utf8.feed(piece) || (last && !_utf8.complete())))
+  const bool compressed = (_flags & f_compressed) != 0;
+  if (op == opcode::text && !compressed && (!_utf8.feed(piece) || (last && !_utf8.complete())))
     return {step_kind::error, close_code::invalid_payload, 0};
   const bool first = (_flags & f_started) == 0;
   _flags |= f_started;
@@ -150,7 +163,11 @@ ws_reader::step ws_reader::deliver(std::span<std::uint8_t> piece, bool last, std
     _flags = 0;
     _message_bytes = 0;
   }
-  const bool go_on = handler.on_data(op, piece, first, last);
+  bool go_on;
+  if constexpr (requires { handler.on_data(op, piece, first, last, compressed); })
+    go_on = handler.on_data(op, piece, first, last, compressed);
+  else
+    go_on = handler.on_data(op, piece, first, last);
   return {go_on ? step_kind::go_on : step_kind::stop, close_code{}, used};
 }
 

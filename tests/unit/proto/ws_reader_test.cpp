@@ -393,3 +393,59 @@ TEST_CASE("reader: a handler returning false stops right after its event", "[rea
 TEST_CASE("reader: frames after a close are still read unless the handler stops", "[reader]") {
   expect_events(cat({client_frame(op_close, ""), client_frame(op_text, "late")}), {"close:", "text:late"});
 }
+
+TEST_CASE("reader: with permessage-deflate, RSV1 marks a message's first frame as compressed and nothing else",
+          "[reader][deflate]") {
+  const ws_limits deflate{.deflate = true};
+  const close_code e = close_code::protocol_error;
+  /// Records each message as "<c|p><text|binary>:<bytes>" (c: compressed) from the five-argument call.
+  struct told {
+    std::vector<std::string> messages;
+    std::string cur;
+    bool on_data(opcode op, std::span<std::uint8_t> piece, bool first, bool last, bool compressed) noexcept {
+      if (first) cur = std::string(compressed ? "c" : "p") + (op == opcode::text ? "text:" : "binary:");
+      cur.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+      if (last) messages.push_back(cur);
+      return true;
+    }
+    bool on_control(opcode, std::span<std::uint8_t>) noexcept { return true; }
+  };
+  auto read = [&](const bytes& wire) {
+    bytes copy = wire;
+    ws_reader reader;
+    told h;
+    const read_result r = reader.consume(copy, deflate, h);
+    REQUIRE(r.status == parse_status::done);
+    return h.messages;
+  };
+
+  SECTION("a compressed text message is not UTF-8 checked (its bytes are deflate data)") {
+    const std::string not_utf8 = "\xf2\x48\xcd\xc9\xc9\x07\x00";
+    CHECK(read(client_frame(op_text, not_utf8, {.rsv = 4})) == std::vector<std::string>{"ctext:" + not_utf8});
+    CHECK(run_all(client_frame(op_text, not_utf8, {.rsv = 4}), deflate).status == parse_status::done);
+    expect_error(client_frame(op_text, not_utf8), close_code::invalid_payload, deflate);  // a plain one still is
+  }
+  SECTION("fragmented: RSV1 on the first frame only, the flag holds for the whole message, then clears") {
+    const bytes wire = cat({client_frame(op_binary, "ab", {.fin = false, .rsv = 4}), client_frame(op_cont, "cd", {.fin = false}),
+                            client_frame(op_ping, "p"), client_frame(op_cont, "ef"), client_frame(op_text, "plain")});
+    CHECK(read(wire) == std::vector<std::string>{"cbinary:abcdef", "ptext:plain"});
+  }
+  SECTION("a handler of four arguments reads compressed messages as their bytes") {
+    const run_result r = run_all(client_frame(op_binary, "xyz", {.rsv = 4}), deflate);
+    CHECK(r.status == parse_status::done);
+    CHECK(r.events == std::vector<std::string>{"binary:xyz"});
+  }
+  SECTION("RSV1 on a continuation frame is a protocol error") {
+    expect_error(cat({client_frame(op_text, "a", {.fin = false, .rsv = 4}), client_frame(op_cont, "b", {.rsv = 4})}), e, deflate);
+    expect_error(cat({client_frame(op_text, "a", {.fin = false}), client_frame(op_cont, "b", {.rsv = 4})}), e, deflate);
+  }
+  SECTION("RSV1 on a control frame is a protocol error") {
+    for (std::uint8_t op : {op_ping, op_pong, op_close}) expect_error(client_frame(op, "", {.rsv = 4}), e, deflate);
+  }
+  SECTION("RSV2 and RSV3 are never negotiated") {
+    for (std::uint8_t rsv : {1, 2, 3, 5, 6, 7}) expect_error(client_frame(op_text, "hi", {.rsv = rsv}), e, deflate);
+  }
+  SECTION("without the extension RSV1 is a protocol error") {
+    expect_error(client_frame(op_text, "hi", {.rsv = 4}), e);
+  }
+}
