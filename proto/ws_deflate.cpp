@@ -1,6 +1,9 @@
 #include "proto/ws_deflate.hpp"
 
+#include <libdeflate.h>
+
 #include <cstddef>
+#include <cstring>
 
 #include "proto/detail/http_grammar.hpp"
 
@@ -167,6 +170,38 @@ deflate_offer negotiate_deflate(std::span<const std::string_view> values) noexce
     if (list.failed()) return deflate_offer::malformed;
   }
   return offered ? deflate_offer::declined : deflate_offer::none;
+}
+
+message_inflater::message_inflater() noexcept : _d(libdeflate_alloc_decompressor()) {}
+message_inflater::~message_inflater() { libdeflate_free_decompressor(_d); }
+
+inflate_status message_inflater::inflate(std::span<std::uint8_t> in, std::size_t in_len, std::span<std::uint8_t> out,
+                                         std::size_t& out_len) noexcept {
+  // The sync flush's empty stored block back (00 00 ff ff), then an empty final stored block:
+  // libdeflate reads whole streams, which end with one.
+  static constexpr std::uint8_t tail[inflate_tail_room] = {0x00, 0x00, 0xff, 0xff, 0x01, 0x00, 0x00, 0xff, 0xff};
+  out_len = 0;
+  if (_d == nullptr || in.size() < in_len + inflate_tail_room) return inflate_status::bad_data;
+  std::memcpy(in.data() + in_len, tail, sizeof tail);
+  std::size_t used = 0;
+  switch (libdeflate_deflate_decompress_ex(_d, in.data(), in_len + sizeof tail, out.data(), out.size(), &used, &out_len)) {
+    case LIBDEFLATE_SUCCESS: return inflate_status::ok;
+    case LIBDEFLATE_INSUFFICIENT_SPACE: return inflate_status::too_big;
+    default: return inflate_status::bad_data;
+  }
+}
+
+message_deflater::message_deflater() noexcept : _c(libdeflate_alloc_compressor(1)) {}
+message_deflater::~message_deflater() { libdeflate_free_compressor(_c); }
+
+std::size_t message_deflater::bound(std::size_t n) const noexcept { return libdeflate_deflate_compress_bound(_c, n) + 1; }
+
+std::size_t message_deflater::deflate(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) noexcept {
+  if (_c == nullptr || out.empty()) return 0;
+  const std::size_t n = libdeflate_deflate_compress(_c, in.data(), in.size(), out.data(), out.size() - 1);
+  if (n == 0) return 0;
+  out[n] = 0x00;  // the empty stored block after the final one, less its last four bytes
+  return n + 1;
 }
 
 }  // namespace wspush::proto

@@ -12,9 +12,13 @@
 /// sends inflates with no state kept per connection. An offer it cannot take is passed over for
 /// the next one; when none is taken the connection has no extension, and the upgrade goes on.
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+
+struct libdeflate_compressor;
+struct libdeflate_decompressor;
 
 namespace wspush::proto {
 
@@ -34,5 +38,58 @@ deflate_offer negotiate_deflate(std::span<const std::string_view> values) noexce
 /// The Sec-WebSocket-Extensions value that accepts an offer (deflate_offer::accepted).
 inline constexpr std::string_view deflate_response =
     "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+/// Room a compressed message needs behind its bytes for message_inflater::inflate.
+inline constexpr std::size_t inflate_tail_room = 9;
+
+enum class inflate_status : std::uint8_t {
+  ok,
+  too_big,   // it inflates past the room given: the message is over the size limit (1009)
+  bad_data,  // not a valid deflate stream (1007: the payload is not what its type says)
+};
+
+/// Inflates the messages of a client that takes no context over (client_no_context_takeover,
+/// which the server always asks for): each message on its own, so one inflater serves every
+/// connection of a thread. Not thread-safe; it keeps libdeflate's tables (about 32 KiB).
+class message_inflater {
+ public:
+  message_inflater() noexcept;
+  ~message_inflater();
+  message_inflater(const message_inflater&) = delete;
+  message_inflater& operator=(const message_inflater&) = delete;
+  explicit operator bool() const noexcept { return _d != nullptr; }  // false: out of memory
+
+  /// `in` holds the message's payload (in_len bytes, as received, the sync flush's 00 00 ff ff
+  /// taken off by the sender) followed by inflate_tail_room bytes this call writes over. Writes
+  /// at most out.size() bytes: a message that inflates past that stops there (too_big), having
+  /// cost no more work than that much output. A stream may end with a final block and bytes
+  /// after it (RFC 7692 §7.2.3.4); those are ignored.
+  inflate_status inflate(std::span<std::uint8_t> in, std::size_t in_len, std::span<std::uint8_t> out,
+                         std::size_t& out_len) noexcept;
+
+ private:
+  libdeflate_decompressor* _d;
+};
+
+/// Compresses whole messages for permessage-deflate without context takeover (level 1: the
+/// measured choice, docs/PERFORMANCE.md). Not thread-safe.
+class message_deflater {
+ public:
+  message_deflater() noexcept;
+  ~message_deflater();
+  message_deflater(const message_deflater&) = delete;
+  message_deflater& operator=(const message_deflater&) = delete;
+  explicit operator bool() const noexcept { return _c != nullptr; }
+
+  /// Most bytes deflate() writes for `n` bytes of input.
+  std::size_t bound(std::size_t n) const noexcept;
+  /// `in` as one message's compressed payload: the deflate stream ends with a final block, and
+  /// an empty stored block is appended and its last four bytes taken off (RFC 7692 §7.2.1 and
+  /// §7.2.3.4), which leaves one 0x00. Bytes written, 0 when `out` is too small.
+  std::size_t deflate(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) noexcept;
+
+ private:
+  libdeflate_compressor* _c;
+};
 
 }  // namespace wspush::proto

@@ -12,6 +12,10 @@
 #include "proto/utf8.hpp"
 #include "proto/ws_close.hpp"
 #include "proto/ws_deflate.hpp"
+
+#include <libdeflate.h>
+
+#include <cstdlib>
 #include "proto/ws_frame.hpp"
 #include "proto/ws_handshake.hpp"
 #include "proto/ws_reader.hpp"
@@ -124,4 +128,31 @@ TEST_CASE("no allocation: permessage-deflate negotiation", "[alloc]") {
   const std::size_t during = allocation_count() - before;
   CHECK(r == deflate_offer::accepted);
   CHECK(during == 0);
+}
+
+namespace {
+// libdeflate allocates through malloc, not operator new: count its calls here.
+std::size_t libdeflate_allocs = 0;
+void* counted_malloc(std::size_t n) { return ++libdeflate_allocs, std::malloc(n); }
+}  // namespace
+
+TEST_CASE("no allocation: a message deflated and inflated (only making the (de)compressor allocates)", "[alloc]") {
+  libdeflate_set_memory_allocator(counted_malloc, std::free);
+  message_deflater d;
+  message_inflater i;
+  CHECK(libdeflate_allocs == 2);
+  std::array<std::uint8_t, 300> msg{};
+  for (std::size_t k = 0; k < msg.size(); ++k) msg[k] = std::uint8_t("{\"topic\":\"mailbox:42\"}"[k % 22]);
+  std::array<std::uint8_t, 1024> packed{}, out{};
+  const std::size_t before = allocation_count();
+  const std::size_t n = d.deflate(msg, packed);
+  std::size_t got = 0;
+  const inflate_status st = i.inflate(packed, n, out, got);
+  const std::size_t during = allocation_count() - before;
+  CHECK(n > 0);
+  CHECK(st == inflate_status::ok);
+  CHECK(got == msg.size());
+  CHECK(during == 0);
+  CHECK(libdeflate_allocs == 2);
+  libdeflate_set_memory_allocator(std::malloc, std::free);
 }

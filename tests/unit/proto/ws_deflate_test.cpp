@@ -1,8 +1,11 @@
 #include "proto/ws_deflate.hpp"
 
+#include <zlib.h>
+
 #include <catch2/catch.hpp>
 
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -13,6 +16,82 @@ namespace {
 deflate_offer offer(std::initializer_list<std::string_view> headers) {
   const std::vector<std::string_view> v(headers);
   return negotiate_deflate(v);
+}
+
+using bytes = std::vector<std::uint8_t>;
+
+bytes of(std::string_view s) { return {s.begin(), s.end()}; }
+std::string text(const bytes& b) { return {b.begin(), b.end()}; }
+
+/// What a browser sends: raw deflate, sync-flushed, its trailing 00 00 ff ff taken off. A new
+/// stream per message (client_no_context_takeover).
+bytes browser_compress(std::string_view msg) {
+  z_stream z{};
+  REQUIRE(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  bytes out(msg.size() + 64);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(msg.data()));
+  z.avail_in = uInt(msg.size());
+  z.next_out = out.data();
+  z.avail_out = uInt(out.size());
+  REQUIRE(deflate(&z, Z_SYNC_FLUSH) == Z_OK);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  REQUIRE(out.size() >= 4);
+  REQUIRE(bytes(out.end() - 4, out.end()) == bytes{0x00, 0x00, 0xff, 0xff});
+  out.resize(out.size() - 4);
+  return out;
+}
+
+/// Reads messages as Chromium's inflater does: one zlib stream kept across messages, fed each
+/// payload and then 00 00 ff ff with Z_SYNC_FLUSH, reset whenever a final block ends the stream.
+struct browser_inflater {
+  z_stream z{};
+  browser_inflater() { REQUIRE(inflateInit2(&z, -15) == Z_OK); }
+  ~browser_inflater() { inflateEnd(&z); }
+  std::string read(bytes payload) {
+    payload.insert(payload.end(), {0x00, 0x00, 0xff, 0xff});
+    std::string out;
+    z.next_in = payload.data();
+    z.avail_in = uInt(payload.size());
+    while (z.avail_in > 0) {
+      unsigned char buf[256];
+      z.next_out = buf;
+      z.avail_out = sizeof buf;
+      const int r = inflate(&z, Z_SYNC_FLUSH);
+      out.append(reinterpret_cast<char*>(buf), sizeof buf - z.avail_out);
+      if (r == Z_STREAM_END) REQUIRE(inflateReset(&z) == Z_OK);
+      else if (r == Z_BUF_ERROR && z.avail_out != 0) break;  // wants more input than there is
+      else REQUIRE(r == Z_OK);
+    }
+    return out;
+  }
+};
+
+struct inflated {
+  inflate_status status;
+  std::string message;
+};
+
+inflated server_inflate(const bytes& payload, std::size_t limit) {
+  static message_inflater inflater;
+  REQUIRE(inflater);
+  bytes in = payload;
+  in.resize(payload.size() + inflate_tail_room);
+  bytes out(limit);
+  std::size_t n = 99;
+  const inflate_status st = inflater.inflate(in, payload.size(), out, n);
+  out.resize(n);
+  return {st, text(out)};
+}
+
+bytes server_deflate(std::string_view msg) {
+  static message_deflater deflater;
+  REQUIRE(deflater);
+  bytes out(deflater.bound(msg.size()));
+  const std::size_t n = deflater.deflate(of(msg), out);
+  REQUIRE(n > 0);
+  out.resize(n);
+  return out;
 }
 
 }  // namespace
@@ -101,4 +180,70 @@ TEST_CASE("deflate: a list that does not parse takes nothing", "[deflate]") {
 
 TEST_CASE("deflate: the answer names what the server keeps to", "[deflate]") {
   CHECK(deflate_response == "permessage-deflate; server_no_context_takeover; client_no_context_takeover");
+}
+
+TEST_CASE("deflate: a client's message inflates as RFC 7692 writes it", "[deflate][inflate]") {
+  const std::string hello = "Hello";
+  SECTION("the RFC's examples (§7.2.3.1, .3, .4)") {
+    CHECK(server_inflate({0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00}, 100).message == hello);
+    CHECK(server_inflate({0x00, 0x05, 0x00, 0xfa, 0xff, 0x48, 0x65, 0x6c, 0x6c, 0x6f, 0x00}, 100).message == hello);
+    CHECK(server_inflate({0xf3, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00, 0x00}, 100).message == hello);  // BFINAL, then a byte
+  }
+  SECTION("what a browser sends, short and long, and an empty message") {
+    std::string json = R"({"op":"pub","topic":"mailbox:42","data":{"kind":"mail","from":"a@example.com"}})";
+    std::string big;
+    for (int k = 0; k < 2000; ++k) big += json;
+    for (const std::string& m : {hello, json, big, std::string()}) {
+      const inflated r = server_inflate(browser_compress(m), 1 << 20);
+      CHECK(r.status == inflate_status::ok);
+      CHECK(r.message == m);
+    }
+  }
+  SECTION("exactly the limit is in, a byte more is too big") {
+    const std::string m(5000, 'a');
+    CHECK(server_inflate(browser_compress(m), 5000).status == inflate_status::ok);
+    CHECK(server_inflate(browser_compress(m), 4999).status == inflate_status::too_big);
+  }
+  SECTION("a bomb: 16 MiB of zeros in a few KiB stops at the limit") {
+    const bytes bomb = browser_compress(std::string(16u << 20, '\0'));
+    CHECK(bomb.size() < 32 * 1024);
+    const inflated r = server_inflate(bomb, 64 * 1024);
+    CHECK(r.status == inflate_status::too_big);
+    CHECK(r.message.size() <= 64 * 1024);
+  }
+  SECTION("data that is not deflate") {
+    CHECK(server_inflate({0xff, 0xff, 0xff}, 100).status == inflate_status::bad_data);  // reserved block type
+    CHECK(server_inflate({0x00, 0x05, 0x00, 0x00, 0x00, 'H'}, 100).status == inflate_status::bad_data);  // LEN, NLEN disagree
+    CHECK(server_inflate({0xf2, 0x48}, 100).status == inflate_status::bad_data);  // cut short
+  }
+  SECTION("no room for the tail is refused, not overrun") {
+    message_inflater inflater;
+    bytes in = {0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00};
+    bytes out(100);
+    std::size_t n = 0;
+    CHECK(inflater.inflate(in, in.size(), out, n) == inflate_status::bad_data);
+  }
+}
+
+TEST_CASE("deflate: the server's compressed messages read back the way browsers read them", "[deflate][inflate]") {
+  const std::vector<std::string> messages = {
+      R"({"topic":"mailbox:42","id":"1700000000000-0","data":{"kind":"mail","from":"a@example.com","subject":"hi"}})",
+      std::string(3000, 'x'), "", "Hello"};
+  SECTION("one stream kept across messages, reset at each final block, as Chromium does") {
+    browser_inflater chromium;
+    for (int round = 0; round < 2; ++round)
+      for (const std::string& m : messages) CHECK(chromium.read(server_deflate(m)) == m);
+  }
+  SECTION("and by the server's own inflater") {
+    for (const std::string& m : messages) CHECK(server_inflate(server_deflate(m), 1 << 20).message == m);
+  }
+  SECTION("the last byte is the empty stored block's first (RFC 7692 §7.2.3.4)") {
+    CHECK(server_deflate("Hello").back() == 0x00);
+  }
+  SECTION("too little room: 0, nothing claimed") {
+    message_deflater d;
+    bytes out(3);
+    CHECK(d.deflate(of(messages[1]), out) == 0);
+    CHECK(d.deflate(of("x"), {}) == 0);
+  }
 }
