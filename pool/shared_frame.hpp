@@ -86,6 +86,11 @@ class frame_ref {
     return t;
   }
   bool has_twin() const noexcept { return _blk != nullptr && _blk->next_free != nullptr; }
+  /// The twin's bytes (empty when there is none), valid while this frame lives.
+  std::span<const std::uint8_t> twin_bytes() const noexcept {
+    if (!has_twin()) return {};
+    return {_blk->next_free->data(), _blk->next_free->size};
+  }
 
   /// Gives up this reference as a raw pointer (for io_uring user_data, intrusive queues,
   /// C APIs); the count is unchanged. Null when empty. Take it back with from_raw().

@@ -45,12 +45,15 @@ void compute_accept_key(std::string_view client_key, std::span<char, accept_key_
   base64_digest(digest, out);
 }
 
-std::size_t encode_switching_protocols(std::string_view client_key, std::span<char> out) noexcept {
+std::size_t encode_switching_protocols(std::string_view client_key, std::span<char> out,
+                                       std::string_view extensions) noexcept {
   char accept[accept_key_size];
   compute_accept_key(client_key, accept);
   writer w(out);
   w << "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
-    << std::string_view(accept, accept_key_size) << "\r\n\r\n";
+    << std::string_view(accept, accept_key_size) << "\r\n";
+  if (!extensions.empty()) w << "Sec-WebSocket-Extensions: " << extensions << "\r\n";
+  w << "\r\n";
   return w.size();
 }
 

@@ -16,11 +16,13 @@ inline constexpr std::size_t accept_key_size = 28;
 /// upgrade parser has checked it); a key longer than 64 bytes is hashed all the same.
 void compute_accept_key(std::string_view client_key, std::span<char, accept_key_size> out) noexcept;
 
-/// "HTTP/1.1 101 Switching Protocols" response with Upgrade, Connection, Sec-WebSocket-Accept;
-/// returns bytes written, 0 if `out` is too small (switching_protocols_size bytes always fit).
-std::size_t encode_switching_protocols(std::string_view client_key, std::span<char> out) noexcept;
+/// "HTTP/1.1 101 Switching Protocols" response with Upgrade, Connection, Sec-WebSocket-Accept,
+/// and Sec-WebSocket-Extensions when `extensions` is not empty; returns bytes written, 0 if
+/// `out` is too small (switching_protocols_size bytes always fit without extensions).
+std::size_t encode_switching_protocols(std::string_view client_key, std::span<char> out,
+                                       std::string_view extensions = {}) noexcept;
 
-/// Exact size of what encode_switching_protocols writes.
+/// Exact size of what encode_switching_protocols writes without extensions.
 inline constexpr std::size_t switching_protocols_size = 129;
 
 /// A complete small HTTP/1.1 response: status line, `Content-Type: text/plain`, Content-Length,

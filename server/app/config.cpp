@@ -174,6 +174,13 @@ const std::vector<option>& options() {
       {"max-frame-bytes", "N", "largest frame payload; past it: close 1009", U32("max-frame-bytes", conn.max_frame_bytes, 125, 1u << 30)},
       {"max-message-bytes", "N", "largest message; past it: close 1009 (0: 64 KiB in pubsub mode, 16 MiB in the others)",
        U32("max-message-bytes", conn.max_message_bytes, 0, 1u << 30)},
+      {"compression", "on|off",
+       "permessage-deflate for clients that offer it (browsers do): an event of at least --compression-min-bytes "
+       "is compressed once for all of them; their messages inflate within --max-message-bytes",
+       [](const config& c) { return std::string(c.conn.compression ? "on" : "off"); },
+       [](config& c, std::string_view v) { c.conn.compression = parse_bool("compression", v); }},
+      {"compression-min-bytes", "N", "events whose payload is shorter than this go uncompressed to everyone (too small to gain)",
+       U32("compression-min-bytes", conn.compression_min_bytes, 0, 1u << 30)},
       {"max-pending-bytes", "N", "output a connection leaves unread (what the kernel would not take); past it: close 1013 (slow consumer)",
        [](const config& c) { return std::to_string(c.conn.max_pending_bytes); },
        [](config& c, std::string_view v) {

@@ -205,7 +205,11 @@ int run(const config& cfg) {
   std::unique_ptr<wspush::server::bus::redis_bus> bus = make_bus(cfg, buffers);
   const wspush::server::web::site site;
   std::unique_ptr<wspush::server::tls_server> tls = make_tls(cfg);
-  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get(), bus.get()};
+  // Compressed once per event, for every connection that negotiated it, whichever bus.
+  wspush::server::compression deflate(cfg.conn.compression, cfg.conn.compression_min_bytes);
+  if (hub) hub->set_compression(deflate);
+  if (bus) bus->set_compression(deflate);
+  shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get(), bus.get(), &deflate};
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -230,6 +234,7 @@ int run(const config& cfg) {
   else log(log_level::info, "io backend: %s", shards[0]->backend_name());
   metrics_registry metrics;
   register_process_metrics(metrics, shard_ptrs, tasks);
+  register_compression_metrics(metrics, shard_ptrs, deflate);
   if (tls) register_tls_metrics(metrics, shard_ptrs);
   no_pubsub_sink no_sink;
   std::optional<hub_sink> sink;

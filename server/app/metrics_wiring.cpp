@@ -164,6 +164,15 @@ void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& sha
                    {{"cause", "memory"}});
 }
 
+void register_compression_metrics(metrics_registry& m, const std::vector<shard*>& shards, const compression& z) {
+  const compression* p = &z;
+  m.add_gauge_fn("wspush_compression_connections", [p] { return double(p->users()); });
+  m.add_counter_fn("wspush_compressed_events_total", [p] { return double(p->frames()); });
+  m.add_counter_fn("wspush_compression_bytes_total", [p] { return double(p->bytes_in()); }, {}, {{"stage", "before"}});
+  m.add_counter_fn("wspush_compression_bytes_total", [p] { return double(p->bytes_out()); }, {}, {{"stage", "after"}});
+  m.add_counter_fn("wspush_messages_in_compressed_total", conn_sum(shards, &conn_counters::messages_in_compressed));
+}
+
 void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks) {
   register_conn_series(m, shards);
   register_lag_series(m, shards);

@@ -8,6 +8,7 @@
 #include "server/admin/metrics.hpp"
 #include "server/app/shard.hpp"
 #include "server/bus/redis_bus.hpp"
+#include "server/conn/compression.hpp"
 #include "server/pubsub/hub.hpp"
 
 namespace wspush::server {
@@ -15,6 +16,8 @@ namespace wspush::server {
 /// Registers the connection, upgrade, message, byte, slow-consumer, loop and pool series. The
 /// shards (started) and the pool must outlive the registry's scrapes.
 void register_process_metrics(metrics_registry& m, const std::vector<shard*>& shards, pool::task_pool& tasks);
+/// permessage-deflate: connections that negotiated it, events compressed and by how much.
+void register_compression_metrics(metrics_registry& m, const std::vector<shard*>& shards, const compression& z);
 
 /// Registers the pub/sub series: publishes, fan-out, topics and subscriptions, history.
 /// With --bus=redis://...: the bus's state and traffic.

@@ -16,7 +16,7 @@ constexpr std::size_t event_inbox_capacity = 1 << 16;
 shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(listen_fd), _loop(s.cfg.loop) {
   const config& cfg = s.cfg;
   if (cfg.mode == app_mode::echo) {
-    _app = std::make_unique<echo_app>();
+    _app = std::make_unique<echo_app>(s.deflate);
     return;
   }
   pubsub::registry_options ro{cfg.session.max_topics_per_connection, std::uint32_t(proto::max_topic_bytes), 0};
@@ -58,6 +58,7 @@ bool shard::start(std::string& why, bool& fell_back) noexcept {
   }
   _conns->set_upgrade_runner(*_upgrades);
   if (_s.site) _conns->set_static_site(*_s.site);
+  if (_s.deflate) _conns->set_compression(*_s.deflate);
   return true;
 }
 

@@ -36,6 +36,7 @@ struct shard_shared {
   const static_site* site;            // the demo page and the client; null: none served
   const tls_server* tls = nullptr;     // the public listener's TLS; null: plain TCP
   pubsub::bus_port* bus = nullptr;     // the Redis bus; null: the embedded one (the hub)
+  compression* deflate = nullptr;      // permessage-deflate; null: never negotiated
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
 };
 

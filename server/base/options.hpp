@@ -30,6 +30,10 @@ struct conn_options {
   /// `{"op":"ping"}` (a page can see it; browsers hide ping frames) when the application's
   /// protocol has an answer for it (pub/sub: `{"op":"pong"}`).
   bool text_heartbeat = false;
+  /// permessage-deflate (RFC 7692) for clients that offer it; events of at least
+  /// compression_min_bytes are compressed once per process for all of them.
+  bool compression = true;
+  std::uint32_t compression_min_bytes = 128;
 };
 
 /// The pub/sub session (pubsub/session.hpp).

@@ -1420,7 +1420,9 @@ pool::frame_ref redis_bus::frame_event(std::string_view topic, std::string_view 
   const std::size_t n = proto::encode_event(topic, id, data, {reinterpret_cast<char*>(l.data()) + room, bound});
   if (n == 0) return {};
   l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
-  return pool::frame_ref::adopt(std::move(l));
+  pool::frame_ref f = pool::frame_ref::adopt(std::move(l));
+  if (_compression) _compression->attach(_buffers, f);
+  return f;
 }
 
 void redis_bus::offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept {

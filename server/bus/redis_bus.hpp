@@ -64,6 +64,7 @@
 #include "server/base/counter.hpp"
 #include "server/bus/redis_link.hpp"
 #include "server/bus/redis_url.hpp"
+#include "server/conn/compression.hpp"
 #include "server/pubsub/bus_port.hpp"
 #include "server/pubsub/event.hpp"
 #include "server/reactor/loop.hpp"
@@ -116,6 +117,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
 
   /// Start-up: one event port per shard (the same as the hub's).
   void attach(std::vector<pubsub::event_port*> ports) { _ports = std::move(ports); }
+  /// Start-up: events (live and replayed) get their compressed twin here, once per process.
+  void set_compression(compression& z) noexcept { _compression = &z; }
   /// Starts the bus thread; it connects (and keeps reconnecting) by itself. False: no loop.
   bool start(std::string& why);
   /// Ends the thread (after the shards have stopped).
@@ -255,6 +258,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
 
   redis_bus_options _o;
   pool::buffer_pool& _buffers;
+  compression* _compression = nullptr;
   std::vector<pubsub::event_port*> _ports;
   std::vector<std::deque<pubsub::event>> _backlog;  // per shard: what its inbox refused, in order
   std::vector<std::vector<std::uint64_t>> _pubs_done;  // per shard: clients' pubs Redis took this turn

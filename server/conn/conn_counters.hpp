@@ -11,6 +11,7 @@ struct conn_counters {
   relaxed_counter sends;  // socket writes (sendmsg calls, io_uring send requests)
   relaxed_counter slow_consumer_closes, timeouts, protocol_errors;
   relaxed_counter held_input_bytes;  // read from held connections and kept (ws_phase::keep)
+  relaxed_counter messages_in_compressed;  // permessage-deflate messages inflated
   // upgrades by result
   relaxed_counter upgrades_ok, upgrades_bad_request, upgrades_unauthorized, upgrades_over_capacity,
       upgrades_timeout, upgrades_error;

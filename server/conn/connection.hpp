@@ -61,10 +61,11 @@ struct upgrade_job {
   std::uint32_t grants_at = 0, topics_len = 0, pub_len = 0;
   std::int64_t exp = 0;
   bool heartbeat = false;      // ?heartbeat=1: keepalive as text
+  bool deflate = false;        // permessage-deflate negotiated: the 101 says so
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   const char* reason = "";     // static text for the error body
   std::uint32_t reason_len = 0;
-  std::uint8_t response[256];  // the 101 response, written by the worker
+  std::uint8_t response[256];  // the 101 response, written by the worker (231 B with permessage-deflate)
   std::uint32_t response_len = 0;
 };
 using upgrade_job_ref = pool::leased<upgrade_job>;
@@ -97,6 +98,11 @@ union rx_hold {
   ~rx_hold() {}
 };
 
+/// Extensions a connection negotiated (connection::ext).
+enum conn_ext : std::uint8_t {
+  ext_deflate = 1 << 0,  // permessage-deflate: RSV1 messages in, compressed twins out
+};
+
 /// Budget: 32 bytes (plus the loop's 16 for the slot's links), so a million idle connections
 /// cost 48 MB of records.
 struct connection {
@@ -106,6 +112,7 @@ struct connection {
   out_queue tx;                // queued output; empty when idle
   std::uint32_t last_rx = 0;   // wheel tick of the last bytes received (keepalive); free-list link when free
   conn_state state = conn_state::free;
+  std::uint8_t ext = 0;        // conn_ext bits (in what was padding)
   std::uint16_t flags = 0;
 
   connection() noexcept = default;

@@ -62,6 +62,7 @@ void connections::on_accept(int fd) noexcept {
   connection& c = _table.at(slot);
   c.fd = fd;
   c.flags = 0;
+  c.ext = 0;
   set_state(slot, conn_state::upgrading);
   _loop.arm(slot, _loop.ticks_for(_o.upgrade_timeout));
   if (!_transport.open(fd, token_of(slot))) close_now(slot);
@@ -147,6 +148,7 @@ bool connections::stuck(const connection& c) const noexcept {
 bool connections::queue(std::uint32_t slot, pool::frame_ref f, bool control) noexcept {
   connection& c = _table.at(slot);
   if (!f || c.state == conn_state::free || c.state == conn_state::dead) return false;
+  if ((c.ext & ext_deflate) && f.has_twin()) f = f.twin();  // the compressed frame of the same message
   if (!c.tx.push(_buffers, std::move(f))) return close_now(slot), false;
   if (!control && c.state == conn_state::open) {
     switch (c.tx.judge(_o.max_pending_bytes, stuck(c))) {
@@ -361,6 +363,13 @@ void connections::pause_reading(std::uint32_t slot) noexcept {
 
 void connections::opened(std::uint32_t slot) noexcept { _table.at(slot).flags |= flag_app_open; }
 
+void connections::negotiated_deflate(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (!_compression || (c.ext & ext_deflate)) return;
+  c.ext |= ext_deflate;
+  _compression->joined();
+}
+
 /// Leaves the --max-connections count (once). A peer that sees the close may connect again at
 /// once, on another shard too, and must find room: so the count goes down when the socket
 /// closes, unless a send still holds the socket in the kernel; then it goes down when that
@@ -396,6 +405,8 @@ void connections::release(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
   c.tx.clear();
   leave_count(c);
+  if (c.ext & ext_deflate) _compression->left();
+  c.ext = 0;
   if (c.flags & flag_app_open) _app.on_close(slot);
   set_state(slot, conn_state::free);
   _table.release(slot);

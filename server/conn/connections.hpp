@@ -22,6 +22,7 @@
 #include "proto/jwt.hpp"
 #include "server/base/options.hpp"
 #include "server/conn/app.hpp"
+#include "server/conn/compression.hpp"
 #include "server/conn/conn_counters.hpp"
 #include "server/conn/conn_table.hpp"
 #include "server/conn/connection.hpp"
@@ -52,6 +53,11 @@ class connections final : public loop_handler,
   void set_upgrade_runner(upgrade_runner& r) noexcept { _http.set_runner(r); }
   /// The static files plain GETs get (the demo page, the client); without, they get 404.
   void set_static_site(const static_site& s) noexcept { _http.set_site(s); }
+  /// permessage-deflate (without, no connection negotiates it).
+  void set_compression(compression& z) noexcept { _compression = &z; }
+  compression* compression_of() const noexcept { return _compression; }
+  /// The upgrade of `slot` negotiated permessage-deflate.
+  void negotiated_deflate(std::uint32_t slot) noexcept;
   const conn_counters& counters() const noexcept { return _n; }
   std::uint32_t size() const noexcept { return _table.size(); }
 
@@ -153,6 +159,7 @@ class connections final : public loop_handler,
   application& _app;
   pool::buffer_pool& _buffers;
   std::atomic<std::uint32_t>& _open_count;
+  compression* _compression = nullptr;
   conn_table _table;
   http_phase _http;
   ws_phase _ws;

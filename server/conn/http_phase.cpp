@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
+#include "server/conn/compression.hpp"
 #include "server/conn/connections.hpp"
 #include "server/conn/static_site.hpp"
 #include "server/conn/upgrade_runner.hpp"
@@ -47,9 +49,20 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
       job->key_at = offset(req.key), job->key_len = std::uint32_t(req.key.size());
       job->token_at = offset(req.token), job->token_len = std::uint32_t(req.token.size());
       job->heartbeat = _c.options().text_heartbeat && proto::query_value(req.query, "heartbeat") == "1";
+      job->deflate = negotiate(req);
       return dispatch(slot);
     }
   }
+}
+
+/// permessage-deflate when compression is on and the client offers it in terms this server can
+/// take (ws_deflate.hpp); otherwise the connection goes on without it. An offer in a fifth or
+/// later Sec-WebSocket-Extensions header is not seen (the parser keeps four).
+bool http_phase::negotiate(const proto::upgrade_request& req) noexcept {
+  const compression* z = _c.compression_of();
+  if (!z || !z->on() || req.extension_headers == 0) return false;
+  const std::size_t n = std::min<std::size_t>(req.extension_headers, req.extensions.size());
+  return proto::negotiate_deflate(std::span(req.extensions.data(), n)) == proto::deflate_offer::accepted;
 }
 
 void http_phase::dispatch(std::uint32_t slot) noexcept {
@@ -99,6 +112,7 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
   if (!response || !_c.app().on_open(slot, info)) return answer(slot, 500, "internal error\n");
   _c.opened(slot);
   if (j.heartbeat) _c.at(slot).flags |= flag_text_heartbeat;
+  if (j.deflate) _c.negotiated_deflate(slot);
   std::memcpy(response.data(), j.response, j.response_len);
   response.set_size(j.response_len);
   connection& c = _c.at(slot);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
 
 namespace wspush::server {
@@ -47,8 +48,9 @@ bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job) noexce
 void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noexcept {
   if (tokens && !check_token(*tokens, job)) return;
   upgrade_job& j = *job;
-  std::size_t n = proto::encode_switching_protocols(
-      text_of(job, j.key_at, j.key_len), {reinterpret_cast<char*>(j.response), sizeof j.response});
+  std::size_t n = proto::encode_switching_protocols(text_of(job, j.key_at, j.key_len),
+                                                    {reinterpret_cast<char*>(j.response), sizeof j.response},
+                                                    j.deflate ? proto::deflate_response : std::string_view{});
   if (n == 0) return refuse(j, 500, "internal error\n");
   j.response_len = std::uint32_t(n);
   j.status = 101;

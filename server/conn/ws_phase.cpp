@@ -20,9 +20,9 @@ struct ws_phase::events {
   ws_phase& ws;
   std::uint32_t slot;
 
-  bool on_data(proto::opcode op, std::span<std::uint8_t> piece, bool first, bool last) noexcept {
+  bool on_data(proto::opcode op, std::span<std::uint8_t> piece, bool first, bool last, bool compressed) noexcept {
     if (ws._c.at(slot).state != conn_state::open) return true;  // closing: discard data
-    if (first && last) return ws.deliver(slot, op, nullptr, piece, piece.size());
+    if (first && last && !compressed) return ws.deliver(slot, op, nullptr, piece, piece.size());
     ws_rx* rs = ws.rx(slot);
     if (!rs) return ws.close_on_error(slot, proto::close_code::internal_error), false;
     if (first) {
@@ -30,7 +30,8 @@ struct ws_phase::events {
       rs->msg_len = 0;
       rs->msg_op = op;
     }
-    std::size_t need = message_header_room + rs->msg_len + piece.size();
+    // A compressed message gathers whole, with room behind it for the inflater's tail.
+    std::size_t need = message_header_room + rs->msg_len + piece.size() + (compressed ? proto::inflate_tail_room : 0);
     if (rs->msg) rs->msg.set_size(message_header_room + rs->msg_len);
     if (!rs->msg || (need > rs->msg.capacity() && !rs->msg.reserve(std::max(need, rs->msg.capacity() * 2))))
       return ws.close_on_error(slot, proto::close_code::too_big), false;
@@ -39,6 +40,7 @@ struct ws_phase::events {
     if (!last) return true;
     pool::lease msg = std::move(rs->msg);
     msg.set_size(message_header_room + rs->msg_len);
+    if (compressed) return ws.inflate(slot, rs->msg_op, msg, rs->msg_len);
     std::span<std::uint8_t> payload(msg.data() + message_header_room, rs->msg_len);
     return ws.deliver(slot, rs->msg_op, &msg, payload, msg.capacity() - message_header_room);
   }
@@ -139,7 +141,8 @@ bool ws_phase::consume(std::uint32_t slot, proto::ws_reader& r, std::span<std::u
   connection& c = _c.at(slot);
   const std::uint32_t gen = c.gen;
   const conn_options& o = _c.options();
-  proto::ws_limits limits{std::min(o.max_frame_bytes, o.max_message_bytes), o.max_message_bytes};
+  proto::ws_limits limits{std::min(o.max_frame_bytes, o.max_message_bytes), o.max_message_bytes,
+                          (c.ext & ext_deflate) != 0};
   events h{*this, slot};
   auto res = r.consume(bytes, limits, h);
   if (c.gen != gen || c.state == conn_state::free || c.state == conn_state::dead) return false;
@@ -160,6 +163,38 @@ bool ws_phase::deliver(std::uint32_t slot, proto::opcode op, pool::lease* block,
   _c.app().on_message(slot, m);
   const connection& c = _c.at(slot);
   return c.gen == gen && c.state == conn_state::open && !held(slot);  // held: stop right after it
+}
+
+/// A compressed message (`in_len` bytes, message_header_room into `in`, with room behind them)
+/// inflated into a block of its own, at most --max-message-bytes: a first try sized for
+/// ordinary JSON, then the bound. A bomb costs at most the bound's output twice over; past
+/// it, 1009. Data that does not inflate is 1007, and so is inflated text that is not UTF-8.
+bool ws_phase::inflate(std::uint32_t slot, proto::opcode op, pool::lease& in, std::size_t in_len) noexcept {
+  if (!_inflater) _inflater = std::make_unique<proto::message_inflater>();
+  if (!*_inflater) return close_on_error(slot, proto::close_code::internal_error), false;
+  const std::size_t limit = _c.options().max_message_bytes;
+  const std::span<std::uint8_t> packed(in.data() + message_header_room, in.capacity() - message_header_room);
+  const std::size_t first_try = std::min<std::size_t>(limit, std::max<std::size_t>(4096, in_len * 8));
+  for (std::size_t room = first_try;; room = limit) {
+    pool::lease out = _c.buffers().acquire(message_header_room + room);
+    if (!out) return close_on_error(slot, proto::close_code::internal_error), false;
+    room = std::min(limit, out.capacity() - message_header_room);  // the block's whole class, within the bound
+    std::size_t n = 0;
+    switch (_inflater->inflate(packed, in_len, {out.data() + message_header_room, room}, n)) {
+      case proto::inflate_status::bad_data: return close_on_error(slot, proto::close_code::invalid_payload), false;
+      case proto::inflate_status::too_big:
+        if (room >= limit) return close_on_error(slot, proto::close_code::too_big), false;
+        continue;
+      case proto::inflate_status::ok: break;
+    }
+    const std::span<std::uint8_t> payload(out.data() + message_header_room, n);
+    if (op == proto::opcode::text && !proto::is_valid_utf8(payload))
+      return close_on_error(slot, proto::close_code::invalid_payload), false;
+    in.reset();  // the compressed bytes are done with before the application runs
+    _c.counters_mut().messages_in_compressed.add();
+    out.set_size(message_header_room + n);
+    return deliver(slot, op, &out, payload, out.capacity() - message_header_room);
+  }
 }
 
 bool ws_phase::held(std::uint32_t slot) const noexcept {

@@ -6,9 +6,11 @@
 // that leaves something unfinished leases a ws_rx block to keep it until the next read.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "proto/ws_close.hpp"
+#include "proto/ws_deflate.hpp"
 #include "proto/ws_frame.hpp"
 #include "proto/ws_reader.hpp"
 #include "server/conn/connection.hpp"
@@ -47,6 +49,7 @@ class ws_phase {
   bool consume(std::uint32_t slot, proto::ws_reader& r, std::span<std::uint8_t> bytes, std::size_t& used) noexcept;
   bool deliver(std::uint32_t slot, proto::opcode op, pool::lease* block, std::span<std::uint8_t> payload,
                std::size_t readable) noexcept;
+  bool inflate(std::uint32_t slot, proto::opcode op, pool::lease& in, std::size_t in_len) noexcept;
   void note_timer(std::uint32_t slot, bool unfinished) noexcept;
   void queue_close(std::uint32_t slot, std::span<const std::uint8_t> payload) noexcept;
   void queue_ping(std::uint32_t slot) noexcept;
@@ -59,6 +62,9 @@ class ws_phase {
   /// The kept bytes resume() is handing over (nullptr otherwise): held again, what stays of
   /// them is kept where it lies, not copied.
   pool::lease* _replay = nullptr;
+  /// permessage-deflate: every client message inflates on its own (client_no_context_takeover),
+  /// so one inflater serves the shard; made on the first compressed message.
+  std::unique_ptr<proto::message_inflater> _inflater;
 };
 
 }  // namespace wspush::server

@@ -26,18 +26,31 @@ std::uint64_t fanout::on_item(event&& e) noexcept {
   return cost;
 }
 
-/// The run's frames back to back in one block. Empty when out of memory.
+/// The run's frames back to back in one block, and when some of them have a compressed twin,
+/// the twins (or the plain frames of those that have none) back to back as its twin. Empty
+/// when out of memory.
 pool::frame_ref fanout::join_run() noexcept {
-  pool::lease l = _ops->buffers().acquire(_run_bytes);
-  if (!l) return {};
-  std::size_t at = 0;
-  for (const event& e : _run) {
-    auto b = e.frame.bytes();
-    std::memcpy(l.data() + at, b.data(), b.size());
-    at += b.size();
-  }
-  l.set_size(at);
-  return pool::frame_ref::adopt(std::move(l));
+  auto join = [this](bool twins) {
+    std::size_t bytes = 0;
+    for (const event& e : _run) bytes += (twins && e.frame.has_twin() ? e.frame.twin_bytes() : e.frame.bytes()).size();
+    pool::lease l = _ops->buffers().acquire(bytes);
+    if (!l) return pool::frame_ref{};
+    std::size_t at = 0;
+    for (const event& e : _run) {
+      auto b = twins && e.frame.has_twin() ? e.frame.twin_bytes() : e.frame.bytes();
+      std::memcpy(l.data() + at, b.data(), b.size());
+      at += b.size();
+    }
+    l.set_size(at);
+    return pool::frame_ref::adopt(std::move(l));
+  };
+  pool::frame_ref joined = join(false);
+  bool some_twin = false;
+  for (const event& e : _run) some_twin |= e.frame.has_twin();
+  // Without memory for the twin, everyone gets the plain frames: valid with the extension too.
+  if (joined && some_twin)
+    if (pool::frame_ref twin = join(true)) joined.set_twin(std::move(twin));
+  return joined;
 }
 
 void fanout::deliver_run() noexcept {

@@ -30,7 +30,9 @@ pool::frame_ref hub::encode(std::string_view topic, std::string_view id, std::st
   l.set_size(size);
   std::size_t header = size - n;
   topic_in_frame = {reinterpret_cast<const char*>(l.data()) + header + proto::event_topic_offset, topic.size()};
-  return pool::frame_ref::adopt(std::move(l));
+  pool::frame_ref f = pool::frame_ref::adopt(std::move(l));
+  if (_compression) _compression->attach(_buffers, f);
+  return f;
 }
 
 void hub::offer_all(const event& e, bool wake) noexcept {
@@ -60,6 +62,7 @@ publish_status hub::publish(std::string_view topic, std::string_view data_raw, h
 
 publish_status hub::relay(pool::frame_ref frame, std::string_view topic) noexcept {
   if (crowded()) return publish_status::busy;
+  if (_compression) _compression->attach(_buffers, frame);
   offer_all(event{std::move(frame), topic, 0, no_part, {}}, true);
   return publish_status::ok;
 }

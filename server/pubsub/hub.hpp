@@ -25,6 +25,7 @@
 
 #include "pool/buffer_pool.hpp"
 #include "pool/shared_frame.hpp"
+#include "server/conn/compression.hpp"
 #include "server/pubsub/event.hpp"
 #include "server/pubsub/history.hpp"
 
@@ -42,6 +43,8 @@ class hub {
 
   /// Start-up, before the first publish: one port per shard, each outliving the hub's use.
   void attach(std::vector<event_port*> ports) { _ports = std::move(ports); }
+  /// Start-up: events get their compressed twin here, once for every shard (compression.hpp).
+  void set_compression(compression& z) noexcept { _compression = &z; }
 
   /// Any thread. Frames `{"topic":..,"id":..,"data":<data_raw>}` once, appends it to the
   /// history and offers it to every shard; `id` receives the event's id. `topic` must be valid
@@ -66,6 +69,7 @@ class hub {
 
   history _history;
   pool::buffer_pool& _buffers;
+  compression* _compression = nullptr;
   std::vector<event_port*> _ports;
   std::atomic<std::uint64_t> _dropped{0};
 };

@@ -1,5 +1,5 @@
 // Echo mode driven by Node `ws`: text and binary at every length form up to 16 MiB (and one byte past
-// it: close 1009), fragmented sends with `{fin: false}` (a UTF-8 character split across fragments
+// it: close 1009), compressed both ways (permessage-deflate, which ws offers), fragmented sends with `{fin: false}` (a UTF-8 character split across fragments
 // included), ping/pong, and the close handshake with a code. Exit 0 pass, 1 fail, 77 io_uring unavailable.
 import { randomBytes } from 'node:crypto';
 import { check, connect, main, startServer, step } from './testlib.mjs';
@@ -34,8 +34,10 @@ async function expectEcho(ws, sent, isBinary, seconds) {
 }
 
 async function echoSizes(port) {
-  const ws = await connect(port, '/ws?via=echo'); // offers permessage-deflate: the server must ignore it
-  check(ws.extensions === '', `server negotiated an extension: ${ws.extensions}`);
+  // ws offers permessage-deflate and compresses messages of 1 KiB or more; the server inflates
+  // them and compresses its echo of those over --compression-min-bytes.
+  const ws = await connect(port, '/ws?via=echo');
+  check(ws.extensions === 'permessage-deflate', `server answered extensions ${JSON.stringify(ws.extensions)}`);
   for (const n of SIZES) {
     const seconds = 20 + 60 * n / LIMIT;
     const text = textOfSize(n);

@@ -2,6 +2,7 @@
 """Echo mode driven by Python `websockets` (a client nobody here wrote).
 
 Text and binary at every length form up to the 16 MiB limit (inclusive) and one byte past it (1009),
+with permessage-deflate both ways and without it, a compressed message that inflates past the limit,
 fragmented messages from async iterators, ping/pong, the close handshake with codes, and a server that
 keeps serving after each of those. Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
@@ -48,21 +49,27 @@ async def roundtrip(ws, message, timeout: float = 20.0):
                           f"got {len(got)}; first 40 sent {message[:40]!r}, got {got[:40]!r}")
 
 
-async def echo_sizes(port: int) -> None:
-    # The default client offers permessage-deflate: the server must ignore the offer.
-    async with connect(port, compression="deflate") as ws:
+DEFLATE = "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
+
+
+async def echo_sizes(port: int, compression) -> None:
+    # The default client offers permessage-deflate and compresses what it sends; the server
+    # inflates it, and compresses its echo of at least --compression-min-bytes (the client
+    # would fail the connection on a compressed frame it cannot read).
+    async with connect(port, compression=compression) as ws:
         ext = ws.response_headers.get("Sec-WebSocket-Extensions")
-        check(ext is None, f"server negotiated an extension: {ext!r}")
+        want = DEFLATE if compression else None
+        check(ext == want, f"server answered extensions {ext!r}, expected {want!r}")
         for n in SIZES:
             timeout = 20 + 60 * n / LIMIT
             await roundtrip(ws, text_of_size(n), timeout)
             await roundtrip(ws, os.urandom(n), timeout)
-            print(f"ok - echo text and binary of {n} bytes", flush=True)
+            print(f"ok - echo text and binary of {n} bytes ({compression or 'plain'})", flush=True)
 
 
-async def over_limit(port: int, kind: str) -> None:
+async def over_limit(port: int, kind: str, compression=None) -> None:
     message = os.urandom(LIMIT + 1) if kind == "binary" else "x" * (LIMIT + 1)
-    async with connect(port, compression=None) as ws:
+    async with connect(port, compression=compression) as ws:
         try:
             await asyncio.wait_for(ws.send(message), scaled(80))
             got = await asyncio.wait_for(ws.recv(), scaled(80))
@@ -129,9 +136,12 @@ async def run(args) -> None:
 
 async def run_steps(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="echo", quiet=not args.verbose) as server:
-        await echo_sizes(server.port)
+        await echo_sizes(server.port, "deflate")
+        await echo_sizes(server.port, None)
         await over_limit(server.port, "binary")
         await over_limit(server.port, "text")
+        # 16 MiB + 1 of one letter compresses to about 16 KiB: inflating stops at the limit.
+        await over_limit(server.port, "text", compression="deflate")
         await fragmented(server.port)
         await ping_pong(server.port)
         await close_handshake(server.port)

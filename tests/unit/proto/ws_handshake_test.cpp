@@ -1,5 +1,7 @@
 #include "proto/ws_handshake.hpp"
 
+#include "proto/ws_deflate.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -37,6 +39,18 @@ TEST_CASE("handshake: 101 response", "[handshake]") {
   CHECK(encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", exact) == switching_protocols_size);
   for (std::size_t size = 0; size < switching_protocols_size; ++size)
     CHECK(encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", std::span<char>(out.data(), size)) == 0);
+}
+
+TEST_CASE("handshake: 101 response with permessage-deflate fits the upgrade job's 256 bytes", "[handshake][deflate]") {
+  std::vector<char> out(256);
+  const std::size_t n = encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", out, deflate_response);
+  const std::string expected =
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
+      "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n\r\n";
+  CHECK(std::string(out.data(), n) == expected);
+  CHECK(n == 231);
+  CHECK(encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", std::span<char>(out.data(), n - 1), deflate_response) == 0);
 }
 
 TEST_CASE("handshake: small HTTP responses", "[handshake]") {

@@ -448,4 +448,18 @@ TEST_CASE("reader: with permessage-deflate, RSV1 marks a message's first frame a
   SECTION("without the extension RSV1 is a protocol error") {
     expect_error(client_frame(op_text, "hi", {.rsv = 4}), e);
   }
+  SECTION("a compressed message may come over the limits by deflate's worst growth, no more") {
+    const ws_limits small{.max_frame_bytes = 2048, .max_message_bytes = 2048, .deflate = true};
+    const std::size_t slack = deflate_slack(2048);
+    CHECK(slack == 192);
+    CHECK(run_all(client_frame(op_binary, std::string(2048 + slack, 'z'), {.rsv = 4}), small).status == parse_status::done);
+    expect_error(client_frame(op_binary, std::string(2048 + slack + 1, 'z'), {.rsv = 4}), close_code::too_big, small);
+    expect_error(client_frame(op_binary, std::string(2049, 'z')), close_code::too_big, small);  // plain: none
+    const bytes split = cat({client_frame(op_binary, std::string(2000, 'z'), {.fin = false, .rsv = 4}),
+                             client_frame(op_cont, std::string(slack + 48, 'z'))});
+    CHECK(run_all(split, small).status == parse_status::done);
+    expect_error(cat({client_frame(op_binary, std::string(2000, 'z'), {.fin = false, .rsv = 4}),
+                      client_frame(op_cont, std::string(slack + 49, 'z'))}),
+                 close_code::too_big, small);
+  }
 }
