@@ -1,7 +1,8 @@
 // The pub/sub protocol with Node `ws` clients (DESIGN.md "Wire protocol"): 1,000 mailboxes with two
 // tabs each get exactly their own events from an admin batch publish; a client `pub` (allowed by
 // --allow-client-publish) reaches the topic's subscribers byte for byte; a tab that reconnects with
-// `since` gets what it missed, in order, then live events. Every connection also subscribes to a
+// `since` gets what it missed, in order, then live events; with permessage-deflate (ws offers it) and
+// without, the same events, and a compressed pub. Every connection also subscribes to a
 // fence topic: once the fence event arrives, everything published before it has arrived too.
 // Exit 0 pass, 1 fail, 77 io_uring unavailable.
 import http from 'node:http';
@@ -84,6 +85,25 @@ async function clientPublish(server) {
   for (const ws of [a, b, c]) ws.terminate();
 }
 
+/** permessage-deflate: ws offers it by default (and compresses what it sends from 1 KiB on). */
+async function compression(server, admin) {
+  const [z, plain] = await Promise.all([connect(server.port, '/ws'), connect(server.port, '/ws', { perMessageDeflate: false })]);
+  check(z.extensions === 'permessage-deflate' && plain.extensions === '',
+    `extensions ${JSON.stringify(z.extensions)} and ${JSON.stringify(plain.extensions)}`);
+  for (const ws of [z, plain]) await subscribe(ws, ['zipped', 'fence']);
+  const big = { kind: 'mail', subject: 'Re: quarterly report '.repeat(60) };
+  const lines = [{ n: 0, pad: 'x' }, { n: 1, ...big }, { n: 2, ...big }, { n: 3 }].map((data) => JSON.stringify({ topic: 'zipped', data }));
+  check((await post(admin, '/publish/batch', lines.join('\n'))).status === 200, 'batch publish');
+  z.send(`{"op":"pub","topic":"zipped","data":${JSON.stringify({ n: 4, ...big })}}`); // compressed by ws
+  z.send('{"op":"pub","topic":"fence","data":0}');
+  const [a, b] = await within(30, 'both reaching the fence', Promise.all([untilFence(z), untilFence(plain)]));
+  check(JSON.stringify(a) === JSON.stringify(b), 'the compressed and the plain subscriber heard different events');
+  check(a.map((m) => m.data.n).join() === '0,1,2,3,4', `events ${a.map((m) => m.data.n).join()}`);
+  check(a[4].data.subject === big.subject, 'the compressed pub did not arrive whole');
+  z.terminate();
+  plain.terminate();
+}
+
 async function resume(server, admin) {
   let ws = await connect(server.port, '/ws');
   await subscribe(ws, ['inbox:9']);
@@ -110,5 +130,6 @@ await main(async (args) => {
   await step(`${MAILBOXES} mailboxes x 2 tabs get only their own events`, () => mailboxes(server, admin));
   await step('a client pub reaches the topic\'s subscribers only, byte for byte', () => clientPublish(server));
   await step('resume with since replays the missed events, then live', () => resume(server, admin));
+  await step('compressed and plain subscribers hear the same events; a compressed pub arrives whole', () => compression(server, admin));
   check(server.alive(), `server exited during the test\n${server.logTail()}`);
 });

@@ -11,6 +11,7 @@ import os
 import select
 import socket
 import time
+import zlib
 from typing import NamedTuple, Optional
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -207,6 +208,26 @@ def decode_frame(buf, pos: int = 0) -> tuple[Optional[Frame], int]:
 # A raw WebSocket client: sends anything, checks everything the server sends
 # --------------------------------------------------------------------------------------------------
 
+def deflate_message(data: bytes, level: int = -1, mem_level: int = 8) -> bytes:
+    """A message's payload as a browser compresses it for permessage-deflate without context
+    takeover: raw deflate, sync-flushed, the trailing 00 00 ff ff taken off (RFC 7692 §7.2.1)."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -15, mem_level)
+    out = c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+    check(out.endswith(b"\x00\x00\xff\xff"), "zlib's sync flush did not end with 00 00 ff ff")
+    return out[:-4]
+
+
+def inflate_message(payload: bytes) -> bytes:
+    """A permessage-deflate message read as browsers read it (00 00 ff ff put back, a fresh
+    stream: the server never takes context over); a stream that ends with a final block may
+    have bytes after it (RFC 7692 §7.2.3.4)."""
+    d = zlib.decompressobj(-15)
+    try:
+        return d.decompress(payload + b"\x00\x00\xff\xff")
+    except zlib.error as exc:
+        raise TestFailure(f"a compressed message from the server does not inflate: {exc}")
+
+
 class Event(NamedTuple):
     """What the server sent: a whole (reassembled) data message, or one control frame."""
     opcode: int  # OP_TEXT / OP_BINARY for messages, OP_PING / OP_PONG / OP_CLOSE for control frames
@@ -219,7 +240,9 @@ class Event(NamedTuple):
 class RawWebSocket:
     """A blocking client over a raw socket. Sends are interleaved with reads (select), so a 16 MiB
     frame can never deadlock against the server's echo of it, and a close the server sends while we
-    are still sending is seen. Every frame from the server is checked: unmasked, RSV bits clear."""
+    are still sending is seen. Every frame from the server is checked: unmasked, RSV bits clear
+    (RSV1 allowed on a message's first frame once permessage-deflate was negotiated; such a
+    message is inflated as a browser does, and `last_compressed` says it came compressed)."""
 
     def __init__(self, port: int, timeout: float = 10.0):
         self.port = port
@@ -230,6 +253,10 @@ class RawWebSocket:
         self.send_failed = False
         self._frag_op: Optional[int] = None
         self._frag = bytearray()
+        self._frag_compressed = False
+        self.extensions: Optional[str] = None  # the 101's Sec-WebSocket-Extensions
+        self.deflate = False
+        self.last_compressed = False  # the last message next_event returned came with RSV1
 
     # -- connection ---------------------------------------------------------------------------------
 
@@ -253,6 +280,8 @@ class RawWebSocket:
         check(got == accept_key(key), f"Sec-WebSocket-Accept {got!r}, expected {accept_key(key)!r}")
         check("websocket" in ",".join(headers.get("upgrade", [])).lower(), "101 without Upgrade: websocket")
         check("upgrade" in ",".join(headers.get("connection", [])).lower(), "101 without Connection: Upgrade")
+        self.extensions = ", ".join(headers["sec-websocket-extensions"]) if "sec-websocket-extensions" in headers else None
+        self.deflate = bool(self.extensions) and self.extensions.startswith("permessage-deflate")
         return self
 
     def connect(self) -> "RawWebSocket":
@@ -340,7 +369,8 @@ class RawWebSocket:
             if frame is not None:
                 del self.rbuf[:end]
                 check(not frame.masked, f"server sent a masked frame: {frame.describe()}")
-                check(frame.rsv == 0, f"server sent RSV bits without an extension: {frame.describe()}")
+                rsv1_ok = self.deflate and frame.rsv == 4 and frame.opcode in (OP_TEXT, OP_BINARY)
+                check(frame.rsv == 0 or rsv1_ok, f"server sent RSV bits it may not: {frame.describe()}")
                 return frame
             if self.eof:
                 raise TestFailure("server closed the TCP connection without a close frame"
@@ -367,9 +397,14 @@ class RawWebSocket:
                 check(frame.opcode in (OP_TEXT, OP_BINARY), f"server sent reserved opcode: {frame.describe()}")
                 check(self._frag_op is None, f"server started a message inside another: {frame.describe()}")
                 self._frag_op, self._frag = frame.opcode, bytearray(frame.payload)
+                self._frag_compressed = frame.rsv == 4
             if frame.fin:
-                event = Event(self._frag_op, bytes(self._frag))
-                self._frag_op, self._frag = None, bytearray()
+                payload = bytes(self._frag)
+                if self._frag_compressed:
+                    payload = inflate_message(payload)
+                event = Event(self._frag_op, payload)
+                self.last_compressed = self._frag_compressed
+                self._frag_op, self._frag, self._frag_compressed = None, bytearray(), False
                 return event
 
     def expect_message(self, opcode: int, payload: bytes, timeout: Optional[float] = None) -> None:
