@@ -57,6 +57,8 @@ const std::string_view usage_text =
     "                               --connect-timeout)\n"
     "  --server-pid PID             sample the server's memory and CPU time from /proc\n"
     "  --sample-interval S          time-series resolution (default 1)\n"
+    "  --compression                offer permessage-deflate as browsers do (client_max_window_bits) and\n"
+    "                               inflate compressed messages (the head of each: what is checked)\n"
     "  --json                       print the result as one JSON object\n"
     "  --report FILE.html           write a self-contained HTML report with plots\n"
     "  --quiet, --progress          no live line / a live line even when stderr is not a terminal\n"
@@ -238,6 +240,7 @@ options parse_options(int argc, char** argv) {
     auto num = [&](double lo, double hi) { return parse_number(arg, take(), lo, hi); };
     if (arg == "--json") o.json = true;
     else if (arg == "--quiet") o.quiet = true;
+    else if (arg == "--compression") o.compression = true;
     else if (arg == "--progress") o.progress = true;
     else if (arg == "--url") {
       const std::string_view url = take();

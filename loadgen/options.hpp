@@ -77,6 +77,7 @@ struct options {
   double sample_interval = 1;
   int server_pid = 0;
   bool json = false;
+  bool compression = false;          ///< offer permessage-deflate as browsers do, inflate what comes compressed
   bool quiet = false;
   bool progress = false;             ///< force the live line even when stderr is not a terminal
   std::string report;                ///< HTML report path

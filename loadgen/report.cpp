@@ -61,6 +61,9 @@ void print_text(std::FILE* out, const run_result& r) {
   if (t.first_errno != 0) std::fprintf(out, " (first other errno: %lld)", static_cast<long long>(t.first_errno));
   std::fprintf(out, "\n");
   latency_line(out, "connect", *r.connect);
+  if (o.compression)
+    std::fprintf(out, "  permessage-deflate: negotiated on %llu upgrades; %llu messages came compressed\n",
+                 n(ctr::deflate_conns), n(ctr::compressed));
   std::fprintf(out, "  disconnects %llu, server closes %llu (1001: %llu, 1013: %llu), reconnects %llu, protocol errors %llu\n",
                n(ctr::disconnects), n(ctr::server_closes), n(ctr::close_1001), n(ctr::close_1013), n(ctr::reconnects),
                n(ctr::protocol_errors));

@@ -56,6 +56,8 @@ namespace wspush::loadgen {
   X(reordered, "a number filled an earlier gap")                                        \
   X(stale, "older than the 64-wide window")                                             \
   X(foreign, "data messages that were not ours")                                        \
+  X(deflate_conns, "upgrades that negotiated permessage-deflate")                       \
+  X(compressed, "messages that came compressed (RSV1)")                                 \
   X(complete, "checked connections that got every message")                             \
   X(disconnects, "EOF or reset on an upgraded connection")                              \
   X(server_closes, "close frames received")                                             \

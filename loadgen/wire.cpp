@@ -2,8 +2,10 @@
 #include "loadgen/wire.hpp"
 
 #include <openssl/evp.h>
+#include <zlib.h>
 
 #include <charconv>
+#include <stdexcept>
 
 namespace wspush::loadgen {
 namespace {
@@ -69,14 +71,16 @@ std::string expected_accept(std::string_view key) {
 }
 
 std::string make_upgrade_request(std::string_view path, std::string_view host, std::string_view key,
-                                 std::string_view token) {
+                                 std::string_view token, bool deflate) {
   std::string r;
   r.reserve(256 + token.size());
   r.append("GET ").append(path);
   if (!token.empty()) r.append(path.find('?') == std::string_view::npos ? "?token=" : "&token=").append(token);
   r.append(" HTTP/1.1\r\nHost: ").append(host);
   r.append("\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ").append(key);
-  r.append("\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  r.append("\r\nSec-WebSocket-Version: 13\r\n");
+  if (deflate) r.append("Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n");
+  r.append("\r\n");
   return r;
 }
 
@@ -88,15 +92,17 @@ upgrade_answer check_upgrade_response(std::string_view head, std::string_view ac
   if (!read_u64(head, pos, code) || pos != 12 || code > 999) return a;
   a.status = static_cast<int>(code);
   if (a.status != 101) return a;
-  constexpr std::string_view name = "sec-websocket-accept:";
+  constexpr std::string_view name = "sec-websocket-accept:", ext = "sec-websocket-extensions:";
   for (std::size_t at = head.find("\r\n"); at != std::string_view::npos; at = head.find("\r\n", at + 2)) {
     const std::string_view line = head.substr(at + 2, head.find("\r\n", at + 2) - at - 2);
-    if (line.size() < name.size() || !iequals(line.substr(0, name.size()), name)) continue;
-    std::string_view v = line.substr(name.size());
+    const bool is_accept = line.size() >= name.size() && iequals(line.substr(0, name.size()), name);
+    const bool is_ext = line.size() >= ext.size() && iequals(line.substr(0, ext.size()), ext);
+    if (!is_accept && !is_ext) continue;
+    std::string_view v = line.substr(is_accept ? name.size() : ext.size());
     while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
     while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-    a.accept_ok = v == accept;
-    return a;
+    if (is_accept) a.accept_ok = v == accept;
+    else a.deflate = v.starts_with("permessage-deflate");
   }
   return a;
 }
@@ -232,7 +238,8 @@ const std::uint8_t* frame_reader::take_header(const std::uint8_t* p, const std::
   p += used;
   s.hdr_len = 0;
   const auto& fh = r.header;
-  if (fh.masked || fh.rsv != 0 || !proto::is_known_opcode(fh.raw_opcode)) return nullptr;
+  const bool compressed = fh.rsv == 4 && !proto::is_control(fh.raw_opcode) && fh.raw_opcode != 0;
+  if (fh.masked || (fh.rsv != 0 && !compressed) || !proto::is_known_opcode(fh.raw_opcode)) return nullptr;
   _op = fh.raw_opcode;
   _fin = fh.fin;
   const bool control = proto::is_control(_op);
@@ -241,7 +248,7 @@ const std::uint8_t* frame_reader::take_header(const std::uint8_t* p, const std::
     const bool continuation = _op == 0;
     if (continuation != (_msg_op != 0)) return nullptr;
     if (!continuation) {
-      _msg_op = _op;
+      _msg_op = static_cast<std::uint8_t>(_op | (compressed ? compressed_bit : 0));
       s.data_len = 0;
     }
   }
@@ -249,6 +256,31 @@ const std::uint8_t* frame_reader::take_header(const std::uint8_t* p, const std::
   _remaining = fh.payload_len;
   _in_payload = true;
   return p;
+}
+
+head_inflater::head_inflater() : _z(new z_stream{}) {
+  if (inflateInit2(static_cast<z_stream*>(_z), -15) != Z_OK) throw std::runtime_error("zlib: inflateInit2 failed");
+}
+
+head_inflater::~head_inflater() {
+  inflateEnd(static_cast<z_stream*>(_z));
+  delete static_cast<z_stream*>(_z);
+}
+
+std::span<const std::uint8_t> head_inflater::head(std::span<const std::uint8_t> payload) noexcept {
+  static constexpr std::uint8_t tail[] = {0x00, 0x00, 0xff, 0xff};
+  auto* z = static_cast<z_stream*>(_z);
+  if (inflateReset(z) != Z_OK) return {};
+  z->next_out = _out.data();
+  z->avail_out = static_cast<uInt>(_out.size());
+  for (std::span<const std::uint8_t> in : {payload, std::span<const std::uint8_t>(tail)}) {
+    z->next_in = const_cast<Bytef*>(in.data());
+    z->avail_in = static_cast<uInt>(in.size());
+    const int r = inflate(z, Z_SYNC_FLUSH);
+    if (r == Z_STREAM_END || z->avail_out == 0) break;
+    if (r != Z_OK && r != Z_BUF_ERROR) return {};
+  }
+  return {_out.data(), _out.size() - z->avail_out};
 }
 
 }  // namespace wspush::loadgen

@@ -50,13 +50,15 @@ std::string make_key(xorshift& rng);
 /// Sec-WebSocket-Accept for a key (RFC 6455 4.2.2).
 std::string expected_accept(std::string_view key);
 /// `GET path[?token=T] HTTP/1.1` with the upgrade headers.
+/// With `deflate`, the request offers permessage-deflate as browsers do.
 std::string make_upgrade_request(std::string_view path, std::string_view host, std::string_view key,
-                                 std::string_view token);
+                                 std::string_view token, bool deflate = false);
 
 /// What a complete response head (through the blank line) says.
 struct upgrade_answer {
   int status = 0;        ///< HTTP status code; 0 when the status line is not HTTP/1.x
   bool accept_ok = false;  ///< 101 with the right Sec-WebSocket-Accept
+  bool deflate = false;    ///< it accepted permessage-deflate
 };
 upgrade_answer check_upgrade_response(std::string_view head, std::string_view accept) noexcept;
 
@@ -307,6 +309,28 @@ private:
   std::vector<std::uint32_t> _free;
 };
 
+/// The head of a permessage-deflate message, inflated (zlib's stream, reset for each message:
+/// the server takes no context over). The load generator reads only a message's first bytes,
+/// so it inflates no more than those: less work than a browser does, none of it the server's.
+class head_inflater {
+public:
+  static constexpr std::size_t head_bytes = 256;
+  head_inflater();
+  ~head_inflater();
+  head_inflater(const head_inflater&) = delete;
+  head_inflater& operator=(const head_inflater&) = delete;
+  /// The first bytes (at most head_bytes) `payload` inflates to; empty when it does not inflate.
+  std::span<const std::uint8_t> head(std::span<const std::uint8_t> payload) noexcept;
+
+private:
+  void* _z;  // z_stream
+  std::array<std::uint8_t, head_bytes> _out{};
+};
+
+/// The frame reader hands a message on with its opcode; a permessage-deflate message (RSV1 on
+/// its first frame) with this bit set in it too.
+inline constexpr std::uint8_t compressed_bit = 0x40;
+
 class frame_reader {
 public:
   static constexpr std::size_t keep_bytes = spill::keep_bytes;
@@ -342,7 +366,9 @@ private:
     while (end - p >= 2) {
       const std::uint8_t b0 = p[0];
       const std::uint8_t b1 = p[1];
-      if ((b0 & 0xf0) != 0x80 || b1 >= 127) break;   // not fin, RSV set, masked, or 64-bit length
+      // Not fin, RSV set (but RSV1 on a text or binary frame: compressed), masked, or 64-bit length.
+      if ((b0 & 0xf0) != 0x80 && ((b0 & 0xf0) != 0xc0 || (b0 & 0x0f) == 0 || (b0 & 0x08))) break;
+      if (b1 >= 127) break;
       std::size_t head = 2;
       std::size_t len = b1;
       if (b1 == 126) {
@@ -353,7 +379,7 @@ private:
       if (static_cast<std::size_t>(end - p) - head < len) break;
       const std::span<const std::uint8_t> payload(p + head, len);
       const std::uint8_t op = b0 & 0x0f;
-      if (op == 1 || op == 2) h.on_message(payload, op);
+      if (op == 1 || op == 2) h.on_message(payload, static_cast<std::uint8_t>(op | (b0 & compressed_bit)));
       else if (op == 9 && len <= control_bytes) h.on_ping(payload);
       else if (op == 8 && len <= control_bytes) h.on_close(payload);
       else if (op != 10 || len > control_bytes) break;   // continuation, reserved, long control

@@ -22,6 +22,7 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
   _want_each = o.messages_for(0);
   const bool shared_topic = o.proto == protocol::pubsub && o.sc != scenario::mailboxes;
   _memo = std::make_unique<delivery_memo>(shared_topic ? o.topic : std::string());
+  if (o.compression) _inflater = std::make_unique<head_inflater>();
   if (reconnects()) _last_ids.resize(count);
   _steps.resize(o.step_rates.size());
   _rng.state = (now_ns() ^ (std::uint64_t{index} << 40) ^ static_cast<std::uint64_t>(getpid())) | 1;
@@ -107,7 +108,7 @@ void worker::on_connected(std::uint32_t i) noexcept {
   if (err != 0) return fail(i, classify_errno(err), err);
   const std::string key = make_key(_rng);
   const std::string token = mint_token(_o.jwt_secret, _o.topic_of(_first + i), false, _o.token_ttl);
-  const std::string request = make_upgrade_request(_o.path, _o.host_header, key, token);
+  const std::string request = make_upgrade_request(_o.path, _o.host_header, key, token, _o.compression);
   const ssize_t n = ::send(c.fd, request.data(), request.size(), MSG_NOSIGNAL);
   if (n != static_cast<ssize_t>(request.size())) {   // a fresh socket takes a few hundred bytes at once
     return fail(i, n < 0 ? classify_errno(errno) : ctr::err_other, n < 0 ? errno : EAGAIN);
@@ -150,6 +151,7 @@ void worker::finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept {
     return fail(i, classify_status(a.status));
   }
   if (!a.accept_ok) return fail(i, ctr::err_bad_accept);
+  if (a.deflate) ++_c[ctr::deflate_conns];
   c.upgrade.reset();
   ++_c[ctr::connected];
   ++_c[ctr::open];

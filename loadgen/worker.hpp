@@ -111,6 +111,7 @@ private:
   std::vector<lg_conn> _conns;
   std::vector<last_event_id> _last_ids;   ///< per connection when the scenario reconnects, else empty
   spill_pool _spills;                     ///< for frames cut by the end of a read
+  std::unique_ptr<head_inflater> _inflater;  ///< --compression: compressed messages' heads
   std::deque<std::pair<std::uint64_t, std::uint32_t>> _to_open;   ///< (due ns, index), due roughly ascending
   std::vector<std::uint32_t> _churners;
   std::vector<std::uint8_t> _rbuf;

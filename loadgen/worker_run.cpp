@@ -154,8 +154,13 @@ struct worker::sink {
   // After a drop inside this read (an error reply, say) the rest of the read is ignored.
   [[nodiscard]] bool gone() const noexcept { return closed || c.fd < 0; }
 
-  [[gnu::always_inline]] void on_message(std::span<const std::uint8_t> m, std::uint8_t /*op*/) noexcept {
+  [[gnu::always_inline]] void on_message(std::span<const std::uint8_t> m, std::uint8_t op) noexcept {
     if (gone()) return;
+    if (op & compressed_bit) {
+      if (!w._inflater) return void(++w._c[ctr::protocol_errors]);  // RSV1 with the extension not offered
+      ++w._c[ctr::compressed];
+      m = w._inflater->head(m);
+    }
     const std::string_view msg(reinterpret_cast<const char*>(m.data()), m.size());
     if (w._o.proto == protocol::pubsub && !msg.starts_with(R"({"topic":")")) return w.on_reply(i, msg);
     const delivery d = w._memo->read(msg, c.seq.next());
