@@ -107,6 +107,19 @@ upgrade_answer check_upgrade_response(std::string_view head, std::string_view ac
   return a;
 }
 
+/// The padding: text like a mail notification's (names, a subject, a preview), so that a
+/// compressed message shrinks as a real one does, not as a run of one letter. No quote or
+/// backslash: it stays one JSON string as it is.
+constexpr std::string_view k_pad_text =
+    "from Alice Example <alice.example@mail.example.com> to the platform team, subject Re: Q3 planning notes "
+    "and the migration schedule for the storage cluster; preview: Hi all, attached are the notes from Tuesday. "
+    "We agreed to move the reporting jobs to the new cluster before the end of the month, with Bob taking the "
+    "first batch (billing, invoices, refunds) and Carol the second (audit logs, exports). Open questions: who "
+    "owns the dashboards after the move, whether the nightly export can wait until 02:00 UTC, and how long we "
+    "keep the old replicas. Please reply by Friday with anything I missed. Labels: inbox, work, planning, q3; "
+    "thread 41 messages, 3 unread, 2 attachments (notes-2026-09-15.pdf 182 KB, schedule.xlsx 64 KB); folder "
+    "Projects/Storage; importance normal; received 2026-09-16T08:41:07Z via mx2.mail.example.com. ";
+
 std::size_t write_payload(std::span<char> out, std::size_t size, std::uint64_t seq, std::uint64_t send_ns) noexcept {
   char* p = out.data();
   char* const end = out.data() + out.size();
@@ -122,9 +135,12 @@ std::size_t write_payload(std::span<char> out, std::size_t size, std::uint64_t s
   const std::size_t pad_room = std::min(size, out.size());
   if (pad_room >= natural + 7) {   // ,"p":"" is 7 bytes
     put(R"(,"p":")");
-    const std::size_t dots = pad_room - natural - 7;
-    std::memset(p, '.', dots);
-    p += dots;
+    for (std::size_t left = pad_room - natural - 7; left > 0;) {
+      const std::size_t n = std::min(left, k_pad_text.size());
+      std::memcpy(p, k_pad_text.data(), n);
+      p += n;
+      left -= n;
+    }
     put("\"");
   }
   put("}");
