@@ -86,6 +86,8 @@ class frame_ref {
     return t;
   }
   bool has_twin() const noexcept { return _blk != nullptr && _blk->next_free != nullptr; }
+  /// Bytes of data the twin's block holds room for; 0 when there is none.
+  std::size_t twin_capacity() const noexcept { return has_twin() ? _blk->next_free->capacity : 0; }
   /// The twin's bytes (empty when there is none), valid while this frame lives.
   std::span<const std::uint8_t> twin_bytes() const noexcept {
     if (!has_twin()) return {};

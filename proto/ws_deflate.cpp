@@ -124,7 +124,7 @@ unsigned window_bits(std::string_view v, bool escaped) noexcept {
 
 /// Whether the parameters of one permessage-deflate offer are valid and honourable; reads them
 /// all (so that the list goes on at the next offer) whatever it finds.
-bool acceptable(extension_list& list) noexcept {
+bool acceptable(extension_list& list, bool& server_bits) noexcept {
   bool ok = true;
   bool seen_server_nct = false, seen_client_nct = false, seen_server_bits = false, seen_client_bits = false;
   std::string_view param, value;
@@ -140,7 +140,7 @@ bool acceptable(extension_list& list) noexcept {
       // A limit on the server's window: one shared frame for every subscriber is made with the
       // full window, so only 15 (no limit) can be honoured.
       ok = ok && !seen_server_bits && has_value && window_bits(value, escaped) == 15;
-      seen_server_bits = true;
+      seen_server_bits = server_bits = true;
     } else if (iequals(param, "client_max_window_bits")) {
       // The client may limit its own window: its messages inflate with any.
       ok = ok && !seen_client_bits && (!has_value || window_bits(value, escaped) != 0);
@@ -154,17 +154,21 @@ bool acceptable(extension_list& list) noexcept {
 
 }  // namespace
 
-deflate_offer negotiate_deflate(std::span<const std::string_view> values) noexcept {
+deflate_offer negotiate_deflate(std::span<const std::string_view> values, bool* server_window) noexcept {
   bool offered = false;
   for (const std::string_view v : values) {
     extension_list list(v);
     std::string_view name;
     while (list.next_offer(name)) {
       const bool ours = iequals(name, "permessage-deflate");
-      const bool ok = acceptable(list);  // reads the offer's parameters, ours or not
+      bool bits = false;
+      const bool ok = acceptable(list, bits);  // reads the offer's parameters, ours or not
       if (list.failed()) return deflate_offer::malformed;
       if (!ours) continue;
-      if (ok) return deflate_offer::accepted;
+      if (ok) {
+        if (server_window) *server_window = bits;
+        return deflate_offer::accepted;
+      }
       offered = true;
     }
     if (list.failed()) return deflate_offer::malformed;

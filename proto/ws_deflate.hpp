@@ -33,11 +33,16 @@ enum class deflate_offer : std::uint8_t {
 /// (the header may be repeated; its values are read as one list, in order). Takes the first
 /// permessage-deflate offer whose parameters are valid (§7: each known at most once, window
 /// bits 8 to 15 without a leading zero, a value as token or quoted-string) and honourable.
-deflate_offer negotiate_deflate(std::span<const std::string_view> values) noexcept;
+/// With `server_window`, tells whether the offer taken named server_max_window_bits (=15): the
+/// answer must then repeat it (§7.1.2.1), deflate_response_window.
+deflate_offer negotiate_deflate(std::span<const std::string_view> values, bool* server_window = nullptr) noexcept;
 
 /// The Sec-WebSocket-Extensions value that accepts an offer (deflate_offer::accepted).
 inline constexpr std::string_view deflate_response =
     "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+/// The same for an offer that named server_max_window_bits (only 15 is ever taken).
+inline constexpr std::string_view deflate_response_window =
+    "permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=15";
 
 /// Room a compressed message needs behind its bytes for message_inflater::inflate.
 inline constexpr std::size_t inflate_tail_room = 9;

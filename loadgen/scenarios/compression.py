@@ -128,6 +128,7 @@ def main():
                 for compressed in (False, True):
                     try:
                         rows.append(run(name, scenario, size, compressed, args))
+                        print("= " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # each as it ends
                     except Exception as e:  # one failing run must not hide the others
                         print(f"{scenario} {size} B on {name} ({'deflate' if compressed else 'plain'}): {e}",
                               file=sys.stderr, flush=True)

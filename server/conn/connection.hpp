@@ -61,11 +61,11 @@ struct upgrade_job {
   std::uint32_t grants_at = 0, topics_len = 0, pub_len = 0;
   std::int64_t exp = 0;
   bool heartbeat = false;      // ?heartbeat=1: keepalive as text
-  bool deflate = false;        // permessage-deflate negotiated: the 101 says so
+  std::uint8_t deflate = 0;    // permessage-deflate negotiated (1; 2: the offer named server_max_window_bits)
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   const char* reason = "";     // static text for the error body
   std::uint32_t reason_len = 0;
-  std::uint8_t response[256];  // the 101 response, written by the worker (231 B with permessage-deflate)
+  std::uint8_t response[288];  // the 101 response, written by the worker (258 B at most, with permessage-deflate)
   std::uint32_t response_len = 0;
 };
 using upgrade_job_ref = pool::leased<upgrade_job>;

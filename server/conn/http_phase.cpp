@@ -58,11 +58,13 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
 /// permessage-deflate when compression is on and the client offers it in terms this server can
 /// take (ws_deflate.hpp); otherwise the connection goes on without it. An offer in a fifth or
 /// later Sec-WebSocket-Extensions header is not seen (the parser keeps four).
-bool http_phase::negotiate(const proto::upgrade_request& req) noexcept {
+std::uint8_t http_phase::negotiate(const proto::upgrade_request& req) noexcept {
   const compression* z = _c.compression_of();
-  if (!z || !z->on() || req.extension_headers == 0) return false;
+  if (!z || !z->on() || req.extension_headers == 0) return 0;
   const std::size_t n = std::min<std::size_t>(req.extension_headers, req.extensions.size());
-  return proto::negotiate_deflate(std::span(req.extensions.data(), n)) == proto::deflate_offer::accepted;
+  bool window = false;
+  if (proto::negotiate_deflate(std::span(req.extensions.data(), n), &window) != proto::deflate_offer::accepted) return 0;
+  return window ? 2 : 1;
 }
 
 void http_phase::dispatch(std::uint32_t slot) noexcept {

@@ -44,7 +44,7 @@ class http_phase {
               std::string_view extra_headers = {}, std::string_view content_type = "text/plain") noexcept;
 
  private:
-  bool negotiate(const proto::upgrade_request& req) noexcept;
+  std::uint8_t negotiate(const proto::upgrade_request& req) noexcept;  // upgrade_job::deflate
   void dispatch(std::uint32_t slot) noexcept;
   void serve(std::uint32_t slot, const struct static_file& f, std::string_view method,
              std::string_view if_none_match) noexcept;

@@ -50,7 +50,9 @@ void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noe
   upgrade_job& j = *job;
   std::size_t n = proto::encode_switching_protocols(text_of(job, j.key_at, j.key_len),
                                                     {reinterpret_cast<char*>(j.response), sizeof j.response},
-                                                    j.deflate ? proto::deflate_response : std::string_view{});
+                                                    j.deflate == 2   ? proto::deflate_response_window
+                                                    : j.deflate == 1 ? proto::deflate_response
+                                                                     : std::string_view{});
   if (n == 0) return refuse(j, 500, "internal error\n");
   j.response_len = std::uint32_t(n);
   j.status = 101;

@@ -98,10 +98,12 @@ bool expired(const history_entry& e, std::uint64_t ttl_ns, std::uint64_t now_ns)
 }
 
 /// The entry's block as the heap holds it: an encoder sized for the worst case leaves a block
-/// larger than the frame, and the history keeps all of it. (The slot itself is counted with
-/// the part's arrays.)
+/// larger than the frame, and the history keeps all of it; and its compressed twin's block, if
+/// it has one (made before the entry is added, so the count is the same when it leaves). (The
+/// slot itself is counted with the part's arrays.)
 std::size_t entry_bytes(const history_entry& e) noexcept {
-  return pool::buffer_pool::block_footprint(e.frame.capacity());
+  const std::size_t twin = e.frame.twin_capacity();
+  return pool::buffer_pool::block_footprint(e.frame.capacity()) + (twin ? pool::buffer_pool::block_footprint(twin) : 0);
 }
 
 void add_bytes(history_part& p, std::size_t n, std::atomic<std::uint64_t>& total) noexcept {

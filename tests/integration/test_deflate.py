@@ -12,11 +12,15 @@
 - Hostile: a message that inflates past --max-message-bytes closes with 1009; RSV1 on a control
   frame, on a continuation, or without the extension is 1002; data that does not inflate, or
   inflates to text that is not UTF-8, is 1007. The server keeps serving.
+- The compression cases of the Autobahn test suite, written from their descriptions: 12.x's text
+  and binary messages of 16 B to 128 KiB, whole and fragmented, compressed by the client, under
+  each of 13.x's offers, echoed (echo mode) and read back by websockets' own inflater.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
 import json
 import os
+import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +68,7 @@ def mail(n: int, size: int) -> dict:
 NEGOTIATION = [
     ("permessage-deflate", DEFLATE),
     ("permessage-deflate; client_max_window_bits", DEFLATE),  # what Chromium and Firefox offer
-    ("permessage-deflate; client_max_window_bits=9; server_max_window_bits=15", DEFLATE),
+    ("permessage-deflate; client_max_window_bits=9; server_max_window_bits=15", DEFLATE + "; server_max_window_bits=15"),
     ("permessage-deflate; server_no_context_takeover; client_no_context_takeover", DEFLATE),
     ("x-webkit-deflate-frame, permessage-deflate", DEFLATE),
     # The server compresses with a 32 KiB window: it cannot honour a smaller one.
@@ -230,6 +234,52 @@ def hostile(s: ServerProcess) -> None:
     ws.close_socket()
 
 
+# ---- the compression cases of the Autobahn test suite (12.x, 13.x), written from their descriptions
+
+# 13.x: the offers a client makes (server_no_context_takeover, client_no_context_takeover,
+# server_max_window_bits, client_max_window_bits), each with the messages of 12.x; an offer this
+# server cannot honour (a server window under 15) is declined and the echo goes on plain.
+AUTOBAHN_OFFERS = [
+    (False, False, None, True), (True, False, None, True), (False, True, None, True), (True, True, None, True),
+    (False, False, None, 9), (False, False, None, 15), (True, True, None, 9), (True, True, None, 15),
+    (False, False, 9, True), (False, False, 15, True), (True, True, 9, 9), (True, True, 15, 15),
+]
+AUTOBAHN_SIZES = [16, 64, 256, 1024, 4096, 8192, 16384, 32768, 65536, 131072]
+TEXT = ("Hello, this is a message of the compression test cases: it says a few things and says them "
+        "again, mail for mailbox 42, a subject, a preview, names and numbers 1234567890. ")
+
+
+async def autobahn(binary: str, io: str) -> None:
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+    with ServerProcess(binary, io=io, mode="echo") as s:
+        for snct, cnct, smwb, cmwb in AUTOBAHN_OFFERS:
+            factory = ClientPerMessageDeflateFactory(server_no_context_takeover=snct, client_no_context_takeover=cnct,
+                                                     server_max_window_bits=smwb, client_max_window_bits=cmwb)
+            async with websockets.connect(f"ws://127.0.0.1:{s.port}/ws", extensions=[factory], compression=None,
+                                          max_size=None, ping_interval=None) as ws:
+                ext = ws.response_headers.get("Sec-WebSocket-Extensions")
+                want = (None if smwb is not None and smwb < 15 else
+                        DEFLATE + "; server_max_window_bits=15" if smwb == 15 else DEFLATE)
+                check(ext == want, f"offer {(snct, cnct, smwb, cmwb)} answered {ext!r}, expected {want!r}")
+                rng = random.Random(f"{snct}{cnct}{smwb}{cmwb}")
+                for size in AUTOBAHN_SIZES:
+                    for kind in ("text", "binary"):
+                        for k in range(4):
+                            if kind == "text":
+                                msg = (TEXT * (size // len(TEXT) + 1))[:size]
+                            else:
+                                msg = bytes(rng.getrandbits(8) for _ in range(size)) if k % 2 else (TEXT.encode() * (size // len(TEXT) + 1))[:size]
+                            # 12.x auto-fragments at 0 (none), 256, 1024 and 4096 bytes.
+                            chunk = [0, 256, 1024, 4096][k]
+                            if chunk and size > chunk:
+                                await asyncio.wait_for(ws.send([msg[i:i + chunk] for i in range(0, size, chunk)]), scaled(10))
+                            else:
+                                await asyncio.wait_for(ws.send(msg), scaled(10))
+                            got = await asyncio.wait_for(ws.recv(), scaled(10))
+                            check(got == msg, f"offer {(snct, cnct, smwb, cmwb)}: a {size} B {kind} message "
+                                              f"(fragments of {chunk or 'none'}) came back different")
+
+
 def run(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="pubsub", extra=["--allow-client-publish"],
                        quiet=not args.verbose) as s:
@@ -240,6 +290,8 @@ def run(args) -> None:
         run_step("bombs, RSV misuse and bad data close the connection, the server serves on", hostile, s)
         check(s.alive(), "server exited during the test\n" + s.log_tail())
     run_step("--compression=off negotiates nothing", compression_off, args.server, args.io)
+    run_step("the Autobahn compression cases (12.x messages under each 13.x offer), echoed",
+             lambda: asyncio.run(autobahn(args.server, args.io)))
 
 
 if __name__ == "__main__":

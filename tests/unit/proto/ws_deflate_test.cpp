@@ -247,3 +247,20 @@ TEST_CASE("deflate: the server's compressed messages read back the way browsers 
     CHECK(d.deflate(of("x"), {}) == 0);
   }
 }
+
+TEST_CASE("deflate: an offer taken with server_max_window_bits is answered with it (RFC 7692 §7.1.2.1)", "[deflate]") {
+  auto window = [](std::initializer_list<std::string_view> headers) {
+    const std::vector<std::string_view> v(headers);
+    bool w = false;
+    REQUIRE(negotiate_deflate(v, &w) == deflate_offer::accepted);
+    return w;
+  };
+  CHECK(window({"permessage-deflate; server_max_window_bits=15"}));
+  CHECK(window({"permessage-deflate; client_max_window_bits; server_max_window_bits=\"15\""}));
+  CHECK_FALSE(window({"permessage-deflate; client_max_window_bits=9"}));
+  CHECK_FALSE(window({"permessage-deflate"}));
+  // The flag is the taken offer's, not a declined one's before it.
+  CHECK_FALSE(window({"permessage-deflate; server_max_window_bits=10, permessage-deflate"}));
+  CHECK(window({"permessage-deflate; server_max_window_bits=9", "permessage-deflate; server_max_window_bits=15"}));
+  CHECK(deflate_response_window == std::string(deflate_response) + "; server_max_window_bits=15");
+}

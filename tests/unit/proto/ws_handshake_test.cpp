@@ -41,8 +41,8 @@ TEST_CASE("handshake: 101 response", "[handshake]") {
     CHECK(encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", std::span<char>(out.data(), size)) == 0);
 }
 
-TEST_CASE("handshake: 101 response with permessage-deflate fits the upgrade job's 256 bytes", "[handshake][deflate]") {
-  std::vector<char> out(256);
+TEST_CASE("handshake: 101 response with permessage-deflate fits the upgrade job's 288 bytes", "[handshake][deflate]") {
+  std::vector<char> out(288);
   const std::size_t n = encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", out, deflate_response);
   const std::string expected =
       "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -51,6 +51,8 @@ TEST_CASE("handshake: 101 response with permessage-deflate fits the upgrade job'
   CHECK(std::string(out.data(), n) == expected);
   CHECK(n == 231);
   CHECK(encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", std::span<char>(out.data(), n - 1), deflate_response) == 0);
+  std::vector<char> job(288);  // upgrade_job::response
+  CHECK(encode_switching_protocols("dGhlIHNhbXBsZSBub25jZQ==", job, deflate_response_window) == 258);
 }
 
 TEST_CASE("handshake: small HTTP responses", "[handshake]") {

@@ -258,6 +258,24 @@ TEST_CASE("history: the memory cap evicts by what the blocks hold") {
   CHECK(buffers.stats(pool::buffer_pool::class_index(4096)).leased == s.entries);
 }
 
+TEST_CASE("history: a frame's compressed twin is counted with it, and leaves with it") {
+  pool::buffer_pool buffers;
+  auto frame = [&](bool twin) {
+    pool::frame_ref f = roomy_frame(buffers, 10, 4096);
+    if (twin) REQUIRE(f.set_twin(roomy_frame(buffers, 10, 2048)));
+    return f;
+  };
+  // The same appends to two histories of one event per topic, the first event twinned in one.
+  history a(opts(1)), b(opts(1));
+  REQUIRE(a.append("t", 0, [&](std::string_view, std::uint64_t) { return frame(true); }).ok);
+  REQUIRE(b.append("t", 0, [&](std::string_view, std::uint64_t) { return frame(false); }).ok);
+  CHECK(a.stats().bytes == b.stats().bytes + pool::buffer_pool::block_footprint(2048));
+  REQUIRE(a.append("t", 0, [&](std::string_view, std::uint64_t) { return frame(false); }).ok);  // evicts it
+  REQUIRE(b.append("t", 0, [&](std::string_view, std::uint64_t) { return frame(false); }).ok);
+  CHECK(a.stats().bytes == b.stats().bytes);  // the twin's bytes left with it
+  CHECK(buffers.stats(pool::buffer_pool::class_index(2048)).leased == 0);
+}
+
 TEST_CASE("history: an emptied history counts nothing") {
   history h(opts(100, 10 * sec));
   framer f;
