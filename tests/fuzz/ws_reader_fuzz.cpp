@@ -1,9 +1,10 @@
 // Fuzz target for proto::ws_reader. Input: one control byte (split pattern, limits, whether the
-// handler stops now and then), then client→server wire bytes. The bytes are read twice: whole,
+// handler stops now and then, whether permessage-deflate is on), then client→server wire bytes. The bytes are read twice: whole,
 // and split at pseudo-random points with the unconsumed tail presented again like a real
 // caller. Both readings must produce the same completed events and the same verdict, and every
 // event must satisfy what the reader promises (first/last bracketing, valid UTF-8 text, control
-// payloads within 125 bytes, valid close payloads, limits).
+// payloads within 125 bytes, valid close payloads, limits; a compressed message only with the
+// extension, within the limits plus deflate's slack, and not UTF-8 checked).
 
 #include <cstddef>
 #include <cstdint>
@@ -24,20 +25,23 @@ struct checking_handler {
   std::string message;      // the message being assembled
   bool in_message = false;
   opcode message_op = opcode::continuation;
+  bool message_compressed = false;
   std::size_t calls = 0;
   std::size_t stop_every = 0;  // return false on every n-th call; 0 = never
 
-  bool on_data(opcode op, std::span<std::uint8_t> piece, bool first, bool last) noexcept {
+  bool on_data(opcode op, std::span<std::uint8_t> piece, bool first, bool last, bool compressed) noexcept {
     WSPUSH_FUZZ_CHECK(op == opcode::text || op == opcode::binary);
     WSPUSH_FUZZ_CHECK(first != in_message);
-    if (first) message_op = op, message.clear();
-    WSPUSH_FUZZ_CHECK(op == message_op);
+    WSPUSH_FUZZ_CHECK(!compressed || limits->deflate);
+    if (first) message_op = op, message.clear(), message_compressed = compressed;
+    WSPUSH_FUZZ_CHECK(op == message_op && compressed == message_compressed);
     message.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-    WSPUSH_FUZZ_CHECK(message.size() <= limits->max_message_bytes);
+    WSPUSH_FUZZ_CHECK(message.size() <= limits->max_message_bytes + (compressed ? deflate_slack(limits->max_message_bytes) : 0));
     in_message = !last;
     if (last) {
-      if (op == opcode::text)
+      if (op == opcode::text && !compressed)
         WSPUSH_FUZZ_CHECK(is_valid_utf8({reinterpret_cast<const std::uint8_t*>(message.data()), message.size()}));
+      if (compressed) log += "Z";
       log += op == opcode::text ? "T" : "B";
       log += std::to_string(message.size()) + ":" + message + ";";
     }
@@ -99,6 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ++data, --size;
   ws_limits limits;
   if (control & 0x80) limits = {64, 160};  // small limits so 1009 paths are reachable
+  limits.deflate = (control & 0x20) != 0;  // RSV1 on a message's first frame: compressed
   const outcome whole = read_all(data, size, limits, control & 0xBF, false);
   const outcome split = read_all(data, size, limits, control, true);
   WSPUSH_FUZZ_CHECK(whole.status == split.status);
