@@ -10,7 +10,7 @@
 namespace wspush::loadgen {
 
 const std::string_view usage_text =
-    "usage: wspush-loadgen SCENARIO --url ws://HOST:PORT/PATH [options]\n"
+    "usage: wspush-loadgen SCENARIO --url ws[s]://HOST:PORT/PATH [options]\n"
     "scenarios:\n"
     "  idle             hold N connections for --hold seconds; with --server-pid, its memory per connection\n"
     "  fanout           N subscribers of one topic; publish --messages, latency, loss, duplicates\n"
@@ -57,6 +57,9 @@ const std::string_view usage_text =
     "                               --connect-timeout)\n"
     "  --server-pid PID             sample the server's memory and CPU time from /proc\n"
     "  --sample-interval S          time-series resolution (default 1)\n"
+    "  --url wss://...              each connection does a TLS handshake first (the certificate is not\n"
+    "                               checked: it measures, it protects nothing); publish through the\n"
+    "                               admin API\n"
     "  --compression                offer permessage-deflate as browsers do (client_max_window_bits) and\n"
     "                               inflate compressed messages (the head of each: what is checked)\n"
     "  --json                       print the result as one JSON object\n"
@@ -180,6 +183,9 @@ void apply_defaults(options& o, bool via_given) {
     fail("publishing through the admin API needs --admin http://HOST:PORT (or use --publish-via ws)");
   }
   if (o.publish_batch > 1 && o.via != publish_via::admin) fail("--publish-batch is for the admin API (--publish-via admin)");
+  if (o.tls && o.via == publish_via::ws && o.publishes())
+    fail("with a wss:// URL, publish through the admin API (--protocol pubsub --publish-via admin): the "
+         "WebSocket publisher speaks ws:// only");
   if (o.size < 16) o.size = 16;
   if (o.hold < 0) o.hold = o.publishes() ? settle_seconds : 10;
 }
@@ -244,8 +250,9 @@ options parse_options(int argc, char** argv) {
     else if (arg == "--progress") o.progress = true;
     else if (arg == "--url") {
       const std::string_view url = take();
-      if (!url.starts_with("ws://")) fail("--url must start with ws:// (TLS is not supported by the load generator)");
-      const std::string_view path = parse_authority(url.substr(5), o.server, o.host_header);
+      if (!url.starts_with("ws://") && !url.starts_with("wss://")) fail("--url must start with ws:// or wss://");
+      o.tls = url.starts_with("wss://");
+      const std::string_view path = parse_authority(url.substr(o.tls ? 6 : 5), o.server, o.host_header);
       o.path = path.empty() ? "/" : std::string(path);
       o.url = std::string(url);
     } else if (arg == "--admin") {

@@ -38,6 +38,7 @@ struct options {
   storm_kind storm = storm_kind::client;
   std::string url;
   std::string host_header;   ///< "host:port"
+  bool tls = false;          ///< wss://: each connection does a TLS handshake first (the certificate is not checked)
   std::string path = "/ws";
   sockaddr_in server{};
   sockaddr_in admin{};

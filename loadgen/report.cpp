@@ -64,6 +64,10 @@ void print_text(std::FILE* out, const run_result& r) {
   if (o.compression)
     std::fprintf(out, "  permessage-deflate: negotiated on %llu upgrades; %llu messages came compressed\n",
                  n(ctr::deflate_conns), n(ctr::compressed));
+  if (o.tls)
+    std::fprintf(out, "  TLS: %llu handshakes (%llu failed), %.0f handshakes/s over the connect phase\n",
+                 n(ctr::tls_handshakes), n(ctr::err_tls),
+                 r.connect_s > 0 ? static_cast<double>(n(ctr::tls_handshakes)) / r.connect_s : 0.0);
   std::fprintf(out, "  disconnects %llu, server closes %llu (1001: %llu, 1013: %llu), reconnects %llu, protocol errors %llu\n",
                n(ctr::disconnects), n(ctr::server_closes), n(ctr::close_1001), n(ctr::close_1013), n(ctr::reconnects),
                n(ctr::protocol_errors));

@@ -38,6 +38,7 @@ namespace wspush::loadgen {
   X(err_closed_in_upgrade, "EOF before a complete upgrade response")                    \
   X(err_bad_accept, "101 without the right Sec-WebSocket-Accept")                       \
   X(err_deadline, "not upgraded by the connect deadline")                               \
+  X(err_tls, "wss://: the TLS handshake failed")                                        \
   X(http_401, "upgrade refused: 401")                                                   \
   X(http_403, "upgrade refused: 403")                                                   \
   X(http_503, "upgrade refused: 503")                                                   \
@@ -57,6 +58,7 @@ namespace wspush::loadgen {
   X(stale, "older than the 64-wide window")                                             \
   X(foreign, "data messages that were not ours")                                        \
   X(deflate_conns, "upgrades that negotiated permessage-deflate")                       \
+  X(tls_handshakes, "wss://: TLS handshakes completed")                                 \
   X(compressed, "messages that came compressed (RSV1)")                                 \
   X(complete, "checked connections that got every message")                             \
   X(disconnects, "EOF or reset on an upgraded connection")                              \

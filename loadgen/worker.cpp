@@ -5,11 +5,14 @@
 
 #include "loadgen/sys.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace wspush::loadgen {
 
@@ -23,6 +26,13 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
   const bool shared_topic = o.proto == protocol::pubsub && o.sc != scenario::mailboxes;
   _memo = std::make_unique<delivery_memo>(shared_topic ? o.topic : std::string());
   if (o.compression) _inflater = std::make_unique<head_inflater>();
+  if (o.tls) {
+    _tls = SSL_CTX_new(TLS_client_method());
+    if (_tls == nullptr) throw std::runtime_error("wss://: SSL_CTX_new failed");
+    SSL_CTX_set_verify(_tls, SSL_VERIFY_NONE, nullptr);  // it measures a server; it protects nothing
+    SSL_CTX_set_mode(_tls, SSL_MODE_RELEASE_BUFFERS);    // idle connections hold no record buffers
+    _ssl.assign(count, nullptr);
+  }
   if (reconnects()) _last_ids.resize(count);
   _steps.resize(o.step_rates.size());
   _rng.state = (now_ns() ^ (std::uint64_t{index} << 40) ^ static_cast<std::uint64_t>(getpid())) | 1;
@@ -35,9 +45,11 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
 }
 
 worker::~worker() {
-  for (lg_conn& c : _conns) {
-    if (c.fd >= 0) ::close(c.fd);
+  for (std::uint32_t i = 0; i < _conns.size(); ++i) {
+    io_close(i);
+    if (_conns[i].fd >= 0) ::close(_conns[i].fd);
   }
+  if (_tls != nullptr) SSL_CTX_free(_tls);
   if (_ep >= 0) ::close(_ep);
 }
 
@@ -78,10 +90,12 @@ void worker::open_one(std::uint32_t i, std::uint64_t now) noexcept {
 /// run has started; otherwise the connection stays closed.
 void worker::fail(std::uint32_t i, ctr why, int err) noexcept {
   lg_conn& c = _conns[i];
-  if (c.state == conn_state::connecting || c.state == conn_state::upgrading || c.state == conn_state::subscribing) {
+  if (c.state == conn_state::connecting || c.state == conn_state::handshaking || c.state == conn_state::upgrading ||
+      c.state == conn_state::subscribing) {
     --_in_progress;
   }
   if (c.state == conn_state::subscribing) --_c[ctr::open];
+  io_close(i);
   if (c.fd >= 0) ::close(c.fd);
   c.fd = -1;
   c.upgrade.reset();
@@ -106,38 +120,104 @@ void worker::on_connected(std::uint32_t i) noexcept {
   socklen_t len = sizeof(err);
   if (getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err != 0) return fail(i, classify_errno(err), err);
+  if (_tls == nullptr) return send_upgrade(i);
+  ssl_st* s = SSL_new(_tls);
+  if (s == nullptr) return fail(i, ctr::err_tls);
+  SSL_set_fd(s, c.fd);
+  SSL_set_connect_state(s);
+  const std::string host = _o.host_header.substr(0, _o.host_header.rfind(':'));
+  if (host.find_first_not_of("0123456789.") != std::string::npos) SSL_set_tlsext_host_name(s, host.c_str());  // a name, not an address
+  _ssl[i] = s;
+  c.state = conn_state::handshaking;
+  on_handshake(i);
+}
+
+/// wss://: one step of the TLS handshake; then the upgrade request goes in it.
+void worker::on_handshake(std::uint32_t i) noexcept {
+  ERR_clear_error();
+  const int r = SSL_do_handshake(_ssl[i]);
+  if (r == 1) {
+    ++_c[ctr::tls_handshakes];
+    return send_upgrade(i);
+  }
+  switch (SSL_get_error(_ssl[i], r)) {
+    case SSL_ERROR_WANT_READ: return watch(i, EPOLLIN);
+    case SSL_ERROR_WANT_WRITE: return watch(i, EPOLLOUT);
+    default: return fail(i, ctr::err_tls);
+  }
+}
+
+void worker::send_upgrade(std::uint32_t i) noexcept {
+  lg_conn& c = _conns[i];
   const std::string key = make_key(_rng);
   const std::string token = mint_token(_o.jwt_secret, _o.topic_of(_first + i), false, _o.token_ttl);
   const std::string request = make_upgrade_request(_o.path, _o.host_header, key, token, _o.compression);
-  const ssize_t n = ::send(c.fd, request.data(), request.size(), MSG_NOSIGNAL);
+  const ssize_t n = io_send(i, request.data(), request.size());
   if (n != static_cast<ssize_t>(request.size())) {   // a fresh socket takes a few hundred bytes at once
+    if (_tls != nullptr) return fail(i, ctr::err_tls);
     return fail(i, n < 0 ? classify_errno(errno) : ctr::err_other, n < 0 ? errno : EAGAIN);
   }
   c.upgrade = std::make_unique<upgrade_state>();
   c.upgrade->accept = expected_accept(key);
   c.state = conn_state::upgrading;
+  watch(i, EPOLLIN);
+}
+
+void worker::watch(std::uint32_t i, std::uint32_t events) noexcept {
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  ev.events = events;
   ev.data.u64 = i;
-  epoll_ctl(_ep, EPOLL_CTL_MOD, c.fd, &ev);
+  epoll_ctl(_ep, EPOLL_CTL_MOD, _conns[i].fd, &ev);
+}
+
+ssize_t worker::io_send(std::uint32_t i, const void* data, std::size_t len) noexcept {
+  if (_tls == nullptr) return ::send(_conns[i].fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ERR_clear_error();
+  const int r = SSL_write(_ssl[i], data, static_cast<int>(len));
+  return r > 0 ? r : -1;
+}
+
+ssize_t worker::io_recv(std::uint32_t i, void* buf, std::size_t len) noexcept {
+  if (_tls == nullptr) {
+    const ssize_t n = ::recv(_conns[i].fd, buf, len, 0);
+    if (n >= 0) return n;
+    return errno == EAGAIN || errno == EINTR ? -1 : -2;
+  }
+  ERR_clear_error();
+  const int r = SSL_read(_ssl[i], buf, static_cast<int>(len));
+  if (r > 0) return r;
+  const int e = SSL_get_error(_ssl[i], r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return -1;
+  return e == SSL_ERROR_ZERO_RETURN ? 0 : -2;
+}
+
+void worker::io_close(std::uint32_t i) noexcept {
+  if (_tls == nullptr || _ssl[i] == nullptr) return;
+  SSL_free(_ssl[i]);
+  _ssl[i] = nullptr;
 }
 
 void worker::on_upgrade_bytes(std::uint32_t i) noexcept {
   lg_conn& c = _conns[i];
-  std::string& resp = c.upgrade->response;
-  char buf[4096];
-  const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n < 0) return fail(i, classify_errno(errno), errno);
-  if (n == 0) return fail(i, ctr::err_closed_in_upgrade);
-  const std::size_t before = resp.size();
-  resp.append(buf, static_cast<std::size_t>(n));
-  const std::size_t end = resp.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
-  if (end == std::string::npos) {
-    if (resp.size() > 8192) fail(i, ctr::err_other, EMSGSIZE);
-    return;
+  for (;;) {
+    std::string& resp = c.upgrade->response;
+    char buf[4096];
+    const ssize_t n = io_recv(i, buf, sizeof(buf));
+    if (n == -1) return;
+    if (n == -2) return _tls != nullptr ? fail(i, ctr::err_tls) : fail(i, classify_errno(errno), errno);
+    if (n == 0) return fail(i, ctr::err_closed_in_upgrade);
+    const std::size_t before = resp.size();
+    resp.append(buf, static_cast<std::size_t>(n));
+    const std::size_t end = resp.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
+    if (end != std::string::npos) {
+      finish_upgrade(i, end + 4);
+      // What TLS has read already, the socket will not announce again.
+      if (_tls != nullptr && c.fd >= 0 && _ssl[i] != nullptr && SSL_pending(_ssl[i]) > 0) on_readable(i);
+      return;
+    }
+    if (resp.size() > 8192) return fail(i, ctr::err_other, EMSGSIZE);
+    if (_tls == nullptr || SSL_pending(_ssl[i]) == 0) return;
   }
-  finish_upgrade(i, end + 4);
 }
 
 /// The response head is complete: check it, subscribe, and hand any bytes behind it to the
@@ -202,7 +282,7 @@ bool worker::send_text(lg_conn& c, std::string_view text) noexcept {
       true, text.size(), mask);
   std::memcpy(bytes + h, text.data(), text.size());
   proto::apply_mask(std::span<std::uint8_t>(bytes + h, text.size()), mask, 0);
-  const ssize_t n = ::send(c.fd, bytes, h + text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t n = io_send(index_of(c), bytes, h + text.size());
   if (n == static_cast<ssize_t>(h + text.size())) return true;
   ++_c[ctr::send_errors];
   return false;
@@ -218,7 +298,7 @@ void worker::send_control(lg_conn& c, proto::opcode op, std::span<const std::uin
       payload.size(), mask);
   std::memcpy(frame.data() + h, payload.data(), payload.size());
   proto::apply_mask(std::span<std::uint8_t>(frame.data() + h, payload.size()), mask, 0);
-  const ssize_t n = ::send(c.fd, frame.data(), h + payload.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t n = io_send(index_of(c), frame.data(), h + payload.size());
   if (n != static_cast<ssize_t>(h + payload.size())) ++_c[ctr::send_errors];
 }
 
@@ -230,7 +310,8 @@ void worker::expire_upgrades(std::uint64_t now) noexcept {
                                                                  : _o.connect_timeout);
   for (std::uint32_t i = 0; i < _conns.size(); ++i) {
     const conn_state s = _conns[i].state;
-    const bool pending = s == conn_state::connecting || s == conn_state::upgrading || s == conn_state::subscribing;
+    const bool pending = s == conn_state::connecting || s == conn_state::handshaking || s == conn_state::upgrading ||
+                         s == conn_state::subscribing;
     if (pending && now - _conns[i].started_ns > limit) fail(i, ctr::err_deadline);
   }
 }

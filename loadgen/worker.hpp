@@ -15,15 +15,20 @@
 #include "loadgen/sys.hpp"
 #include "loadgen/wire.hpp"
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+struct ssl_st;
+struct ssl_ctx_st;
+
 namespace wspush::loadgen {
 
-enum class conn_state : std::uint8_t { waiting, connecting, upgrading, subscribing, ready, paused, closed };
+enum class conn_state : std::uint8_t { waiting, connecting, handshaking, upgrading, subscribing, ready, paused, closed };
 
 /// Upgrade bookkeeping, allocated only between connect() and the 101.
 struct upgrade_state {
@@ -77,7 +82,16 @@ private:
   void open_one(std::uint32_t i, std::uint64_t now) noexcept;
   void fail(std::uint32_t i, ctr why, int err = 0) noexcept;
   void on_connected(std::uint32_t i) noexcept;
+  void on_handshake(std::uint32_t i) noexcept;
+  void send_upgrade(std::uint32_t i) noexcept;
   void on_upgrade_bytes(std::uint32_t i) noexcept;
+  // the socket, or with wss:// its TLS (worker.cpp)
+  ssize_t io_send(std::uint32_t i, const void* data, std::size_t len) noexcept;
+  /// Bytes read (> 0); 0 at the end of the stream; -1 when nothing is there now; -2 on an error.
+  ssize_t io_recv(std::uint32_t i, void* buf, std::size_t len) noexcept;
+  void io_close(std::uint32_t i) noexcept;
+  void watch(std::uint32_t i, std::uint32_t events) noexcept;
+  std::uint32_t index_of(const lg_conn& c) const noexcept { return static_cast<std::uint32_t>(&c - _conns.data()); }
   void finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept;
   void become_ready(std::uint32_t i) noexcept;
   bool send_text(lg_conn& c, std::string_view text) noexcept;
@@ -112,6 +126,8 @@ private:
   std::vector<last_event_id> _last_ids;   ///< per connection when the scenario reconnects, else empty
   spill_pool _spills;                     ///< for frames cut by the end of a read
   std::unique_ptr<head_inflater> _inflater;  ///< --compression: compressed messages' heads
+  ssl_ctx_st* _tls = nullptr;             ///< wss://: the client context
+  std::vector<ssl_st*> _ssl;              ///< wss://: each connection's TLS, by index (null when closed)
   std::deque<std::pair<std::uint64_t, std::uint32_t>> _to_open;   ///< (due ns, index), due roughly ascending
   std::vector<std::uint32_t> _churners;
   std::vector<std::uint8_t> _rbuf;

@@ -4,6 +4,7 @@
 #include "loadgen/sys.hpp"
 #include "loadgen/worker.hpp"
 
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -86,6 +87,7 @@ void worker::dispatch(std::uint64_t tag, std::uint32_t events) noexcept {
   const auto i = static_cast<std::uint32_t>(tag);
   switch (_conns[i].state) {
     case conn_state::connecting: return on_connected(i);
+    case conn_state::handshaking: return on_handshake(i);
     case conn_state::upgrading: return on_upgrade_bytes(i);
     case conn_state::subscribing:
     case conn_state::ready: return on_readable(i);
@@ -103,15 +105,19 @@ void worker::dispatch(std::uint64_t tag, std::uint32_t events) noexcept {
 // Receiving
 
 void worker::on_readable(std::uint32_t i) noexcept {
-  lg_conn& c = _conns[i];
-  const ssize_t n = ::recv(c.fd, _rbuf.data(), _rbuf.size(), 0);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n <= 0) {
-    ++_c[ctr::disconnects];
-    return drop(i, reconnects() && _go, 50'000'000 + _rng.next() % 250'000'000);
+  for (;;) {
+    const ssize_t n = io_recv(i, _rbuf.data(), _rbuf.size());
+    if (n == -1) return;
+    if (n <= 0) {
+      ++_c[ctr::disconnects];
+      return drop(i, reconnects() && _go, 50'000'000 + _rng.next() % 250'000'000);
+    }
+    _recv_ns = now_ns();
+    feed(i, std::span<const std::uint8_t>(_rbuf.data(), static_cast<std::size_t>(n)));
+    // Plain: one read per wake-up (epoll says again if there is more). TLS: what it has read
+    // from the socket already, the socket will not announce.
+    if (_tls == nullptr || _conns[i].fd < 0 || SSL_pending(_ssl[i]) == 0) return;
   }
-  _recv_ns = now_ns();
-  feed(i, std::span<const std::uint8_t>(_rbuf.data(), static_cast<std::size_t>(n)));
 }
 
 /// One of our payloads: misdelivery (another connection's topic), sequence (loss, duplicates,
@@ -247,6 +253,7 @@ void worker::drop(std::uint32_t i, bool reconnect, std::uint64_t delay_ns) noexc
   if (s == conn_state::subscribing) --_in_progress;
   else --_c[ctr::ready];
   --_c[ctr::open];
+  io_close(i);
   ::close(c.fd);
   c.fd = -1;
   const std::uint64_t now = now_ns();

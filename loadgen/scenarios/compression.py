@@ -58,7 +58,8 @@ def run(name, scenario, size, compressed, args):
         messages = args.messages if scenario == "fanout" else args.connections
         argv = [args.loadgen, scenario, "--url", f"ws://{server.host}:{server.ports['ws']}/ws",
                 "--connections", str(args.connections), "--messages", str(messages), "--size", str(size),
-                "--json", "--quiet", "--connect-timeout", "120", "--timeout", "300", "--server-pid", str(server.pid)]
+                "--json", "--quiet", "--connect-timeout", "120", "--timeout", "300", "--drain-timeout", "60",
+                "--server-pid", str(server.pid)]
         if scenario == "mailboxes":
             argv += ["--publish-rate", str(args.mailbox_rate)]
         argv += (["--admin", f"http://127.0.0.1:{server.ports['admin']}", "--jwt-secret", rs.SECRET] if pubsub

@@ -6,7 +6,9 @@ connection: loss 0, duplicates 0 (the load generator's exit status says so, and 
 checks its JSON too). Modes:
   broadcast  wspush --mode=broadcast, published over WebSocket (the peer protocol)
   pubsub     wspush --mode=pubsub: fanout and mailboxes through the admin API, and a client-side
-             reconnect storm resumed with `since`; skipped (77) while the server has no pubsub mode
+             reconnect storm resumed with `since`; fanout with permessage-deflate (every event
+             must come compressed), and over wss:// to a TLS server (every connection must have
+             done its handshake); skipped (77) while the server has no pubsub mode
   node       the Node `ws` peer (tests/bench/peers/node_ws_broadcast.mjs) with the peer protocol:
              the same tool must measure other servers too; skipped (77) without node or `npm ci`
 Only processes started here are stopped, by PID.
@@ -27,9 +29,9 @@ SKIP = 77
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def start_server(wspush, mode, io="uring"):
+def start_server(wspush, mode, io="uring", extra=()):
     argv = [wspush, f"--mode={mode}", "--auth=none", "--threads", "1", "--listen", "127.0.0.1:0",
-            "--admin-listen", "127.0.0.1:0", "--io", io]
+            "--admin-listen", "127.0.0.1:0", "--io", io, *extra]
     if mode == "pubsub":
         argv.append("--allow-client-publish")
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -92,7 +94,8 @@ def stop(proc):
             proc.wait()
 
 
-def run_loadgen(args, argv, name):
+def run_loadgen(args, argv, name, want=None):
+    """Runs one scenario; `want(counters)` returns what else is wrong with them (empty: nothing)."""
     report = os.path.join(args.out, f"{name}.html")
     cmd = [args.loadgen] + argv + ["--json", "--quiet", "--report", report, "--connect-timeout", "30",
                                    "--timeout", "60", "--drain-timeout", "3"]
@@ -108,12 +111,41 @@ def run_loadgen(args, argv, name):
     # Publishing starts only once the last connection is up (settle_s is -1 when it started
     # before, or never); how long it then held is the load generator's own figure, reported below.
     settled = r["settle_s"] >= 0
+    wrong = want(c) if want else ""
     good = (done.returncode == 0 and r["ok"] and r["loss"] == 0 and c["duplicates"] == 0
-            and c["unique"] == c["expected"] > 0 and os.path.getsize(report) > 1000 and settled)
+            and c["unique"] == c["expected"] > 0 and os.path.getsize(report) > 1000 and settled and not wrong)
     print(f"{name}: delivered {c['unique']}/{c['expected']}, loss {r['loss']}, duplicates {c['duplicates']}, "
           f"p99 {r['latency_us']['p99']:.0f} µs, first publish {r['settle_s']:.3f} s after all were up, "
-          f"problems {r['problems']}: {'ok' if good else 'FAILED'}", flush=True)
+          f"problems {r['problems']}{'; ' + wrong if wrong else ''}: {'ok' if good else 'FAILED'}", flush=True)
     return good
+
+
+def deflate_and_tls(args, common, admin):
+    """permessage-deflate (events over --compression-min-bytes come compressed to every
+    connection) on the running server, then wss:// against a TLS server of its own."""
+    n = args.connections
+    deflated = lambda c: "" if c["deflate_conns"] == n and c["compressed"] == c["unique"] else (  # noqa: E731
+        f"negotiated on {c['deflate_conns']} of {n}, {c['compressed']} of {c['unique']} came compressed")
+    ok = run_loadgen(args, ["fanout", "--admin", admin, "--messages", "40", "--publish-rate", "20", "--size", "600",
+                            "--compression"] + common, "fanout-deflate", deflated)
+    cert, key = os.path.join(args.out, "cert.pem"), os.path.join(args.out, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost"],
+                   check=True, capture_output=True, timeout=30)
+    proc, ports = start_server(args.wspush, "pubsub", extra=["--tls-cert", cert, "--tls-key", key])
+    try:
+        tls = ["--url", f"wss://127.0.0.1:{ports['ws']}/ws", "--connections", str(n), "--procs", "2",
+               "--server-pid", str(proc.pid), "--admin", f"http://127.0.0.1:{ports['admin']}"]
+        shook = lambda c: "" if c["tls_handshakes"] == n and c["err_tls"] == 0 else (  # noqa: E731
+            f"{c['tls_handshakes']} TLS handshakes of {n}, {c['err_tls']} failed")
+        ok = run_loadgen(args, ["fanout", "--messages", "40", "--publish-rate", "20", "--size", "600"] + tls,
+                         "fanout-wss", shook) and ok
+        both = lambda c: shook(c) or deflated(c)  # noqa: E731
+        ok = run_loadgen(args, ["mailboxes", "--messages", "600", "--publish-rate", "300", "--size", "600",
+                                "--compression"] + tls, "mailboxes-wss-deflate", both) and ok
+    finally:
+        stop(proc)
+    return ok
 
 
 def main():
@@ -148,6 +180,8 @@ def main():
                                "--storm-at", "1"]),
                     ("fanout-ws", ["fanout", "--publish-via", "ws", "--messages", "50", "--publish-rate", "25"])]
         ok = all([run_loadgen(args, argv + common, name) for name, argv in runs])
+        if args.mode == "pubsub":
+            ok = deflate_and_tls(args, common, admin) and ok
         # Churn on both backends: connections closing abruptly while others stay and receive.
         # (This caught slots released while still on a shard's flush list: the staying
         # connections stopped receiving, with io_uring already at 300 connections.)

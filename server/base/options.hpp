@@ -33,7 +33,7 @@ struct conn_options {
   /// permessage-deflate (RFC 7692) for clients that offer it; events of at least
   /// compression_min_bytes are compressed once per process for all of them.
   bool compression = true;
-  std::uint32_t compression_min_bytes = 128;
+  std::uint32_t compression_min_bytes = 256;  // docs/PERFORMANCE.md: below it, a few bytes saved for 10+ µs per event
 };
 
 /// The pub/sub session (pubsub/session.hpp).

@@ -32,7 +32,7 @@ from wsp_wire import (OP_BINARY, OP_CONT, OP_PING, OP_TEXT, RawWebSocket, deflat
 
 DEFLATE = "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
 TOPIC = "mailbox:42"
-MIN_BYTES = 128  # the default --compression-min-bytes
+MIN_BYTES = 256  # the default --compression-min-bytes
 
 
 def raw(port: int, offer: "str | None" = "permessage-deflate") -> RawWebSocket:

@@ -193,7 +193,8 @@ test('the demo page: live notifications, a server restart survived, lost reporte
     // Chromium offers permessage-deflate: carol's event (over --compression-min-bytes) comes
     // compressed, once for the node, and the page reads it.
     assert.ok(await metric(server, 'wspush_compression_connections') >= 1, 'the page did not negotiate permessage-deflate');
-    const long = 'After the restart: the minutes of Tuesday, the quarterly report, and the plan for the week ahead';
+    const long = 'After the restart: the minutes of Tuesday, the quarterly report, the plan for the week ahead, '
+      + 'and the list of what is still open for the storage migration (owners, dates, and who reviews what). Reply by Friday.';
     await publish(server, 'mailbox:7', { from: 'carol', subject: long });
     await notes.getByText(`carol: ${long}`).waitFor(wait);
     assert.equal(await metric(server, 'wspush_compressed_events_total'), 1, 'carol\'s event was not compressed');
