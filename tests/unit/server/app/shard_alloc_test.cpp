@@ -1,6 +1,7 @@
 // Proves the steady-state paths of a shard allocate nothing: echoing messages, answering
 // pings, and accepting, upgrading and closing connections; in pubsub mode, publishing through
-// the hub to subscribed connections and sub/unsub round trips; on both io backends. The binary
+// the hub to subscribed connections (plain, and compressed once per event for connections that
+// negotiated permessage-deflate) and sub/unsub round trips; on both io backends. The binary
 // links the counting global operator new (tests/support/counting_alloc: the buffer pool, the
 // slab and every std:: container get their memory through it), counted on every thread; a
 // real shard runs on its own thread and a raw socket client drives it.
@@ -43,8 +44,9 @@ struct client {
   int fd = -1;
   std::uint8_t in[1 << 16];
   std::size_t have = 0;
+  std::size_t compressed = 0;  // frames read with RSV1 (permessage-deflate)
 
-  bool connect_to(std::uint16_t port) {
+  bool connect_to(std::uint16_t port, bool deflate = false) {
     fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -58,7 +60,11 @@ struct client {
     static const char req[] =
         "GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-    if (!send_all(req, sizeof req - 1)) return false;
+    static const char req_deflate[] =
+        "GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n";
+    if (!(deflate ? send_all(req_deflate, sizeof req_deflate - 1) : send_all(req, sizeof req - 1))) return false;
     while (true) {  // read up to the end of the 101 response
       ssize_t n = recv(fd, in + have, sizeof in - have, 0);
       if (n <= 0) return false;
@@ -95,6 +101,7 @@ struct client {
       auto h = proto::parse_frame_header({in, have});
       if (h.status == proto::parse_status::done && have >= h.header.size + h.header.payload_len) {
         len = h.header.payload_len;
+        if (h.header.rsv == 4) ++compressed;
         std::size_t total = h.header.size + len;
         std::memmove(in, in + total, have - total);
         have -= total;
@@ -121,6 +128,7 @@ struct running_shard {
   int listen_fd;
   std::uint16_t port;
   std::unique_ptr<pubsub::hub> hub;
+  compression deflate{true, 256};
   std::unique_ptr<shard_shared> shared;
   std::unique_ptr<shard> s;
   std::thread t;
@@ -135,7 +143,8 @@ struct running_shard {
     port = std::uint16_t(std::stoi(local_name(listen_fd).substr(10)));
     if (mode != app_mode::echo)
       hub = std::make_unique<pubsub::hub>(pubsub::history_options{.size_per_topic = 10, .epoch = "t"}, buffers);
-    shared.reset(new shard_shared{cfg, tasks, buffers, nullptr, hub.get(), nullptr});
+    shared.reset(new shard_shared{cfg, tasks, buffers, nullptr, hub.get(), nullptr, nullptr, nullptr, &deflate});
+    if (hub) hub->set_compression(deflate);
     s = std::make_unique<shard>(*shared, 0, listen_fd);
     if (hub) hub->attach({s->port()});
     std::string why;
@@ -250,14 +259,22 @@ bool request(client& c, const std::string& text) {
 
 // `n` times: publishes an event to "all" and one to each client's mailbox, then every client
 // reads its two (so the backlog, and with it the pool's high-water mark, is the same each time).
-bool publish_round(pubsub::hub& hub, client* clients, int count, int n) {
+/// With `long_events`, each event is a mail notification of about 400 B: over the compression
+/// threshold (256 B), so it is compressed once for the connections that negotiated it.
+bool publish_round(pubsub::hub& hub, client* clients, int count, int n, bool long_events = false) {
   pubsub::history_id id;
   char topic[32];
+  const std::string_view mail = long_events
+      ? R"({"new":"mail","from":"Alice Example <alice@example.com>","subject":"Re: Q3 planning notes and )"
+        R"(the migration schedule","preview":"Hi all, attached are the notes from Tuesday. We agreed to move )"
+        R"(the reporting jobs to the new cluster before the end of the month; Bob takes billing and )"
+        R"(invoices, Carol the audit logs. Please reply by Friday.","unread":3})"
+      : R"({"new":"mail"})";
   for (int k = 0; k < n; ++k) {
     if (hub.publish("all", R"({"n":1})", id, true) != pubsub::publish_status::ok) return false;
     for (int m = 0; m < count; ++m) {
       int len = std::snprintf(topic, sizeof topic, "mailbox:%d", m);
-      if (hub.publish({topic, std::size_t(len)}, R"({"new":"mail"})", id, true) != pubsub::publish_status::ok) return false;
+      if (hub.publish({topic, std::size_t(len)}, mail, id, true) != pubsub::publish_status::ok) return false;
     }
     for (int m = 0; m < count; ++m)
       for (int e = 0; e < 2; ++e) {
@@ -268,13 +285,14 @@ bool publish_round(pubsub::hub& hub, client* clients, int count, int n) {
   return true;
 }
 
-void check_pubsub(io_kind io) {
+void check_pubsub(io_kind io, bool deflate = false) {
   if (skip_without_uring(io)) return;
   auto rs = std::make_unique<running_shard>(io, app_mode::pubsub);  // cannot start: fails
   constexpr int count = 20;
   static client clients[count];
   for (int m = 0; m < count; ++m) {
-    REQUIRE(clients[m].connect_to(rs->port));
+    clients[m].compressed = 0;
+    REQUIRE(clients[m].connect_to(rs->port, deflate));
     REQUIRE(request(clients[m], R"({"op":"sub","topics":["all","mailbox:)" + std::to_string(m) + R"("]})"));
   }
   const std::string sub = R"({"op":"sub","topics":["extra"],"since":{"extra":"t:1"}})";
@@ -289,13 +307,18 @@ void check_pubsub(io_kind io) {
   // a loaded machine lets the publisher run ahead of the shard. The small classes are cached
   // beyond any such peak up front, so what is measured is the steady state, not the timing.
   for (std::size_t size : {std::size_t(256), std::size_t(512)}) rs->buffers.prefill(size, 4096);
-  REQUIRE(publish_round(*rs->hub, clients, count, 200));
-  REQUIRE(publish_round(*rs->hub, clients, count, 200));
+  REQUIRE(publish_round(*rs->hub, clients, count, 200, deflate));
+  REQUIRE(publish_round(*rs->hub, clients, count, 200, deflate));
   REQUIRE(sub_cycles(50));
 
   std::uint64_t before = wspush::test::allocation_count();
-  bool published = publish_round(*rs->hub, clients, count, 200);
+  const std::uint64_t compressed_before = rs->deflate.frames();
+  bool published = publish_round(*rs->hub, clients, count, 200, deflate);
   std::uint64_t after_publish = wspush::test::allocation_count();
+  if (deflate) {  // every mailbox event went compressed, made once each
+    CHECK(rs->deflate.frames() - compressed_before == 200u * count);
+    for (const client& c : clients) CHECK(c.compressed == 3u * 200);
+  }
   bool subscribed = sub_cycles(500);
   std::uint64_t after_subs = wspush::test::allocation_count();
   for (client& c : clients) c.close_fd();
@@ -308,6 +331,12 @@ void check_pubsub(io_kind io) {
 }  // namespace
 
 TEST_CASE("shard: pubsub publish and sub/unsub allocate nothing once warm (epoll)") { check_pubsub(io_kind::epoll); }
+TEST_CASE("shard: pubsub publish compressed for permessage-deflate allocates nothing once warm (epoll)") {
+  check_pubsub(io_kind::epoll, true);
+}
+TEST_CASE("shard: pubsub publish compressed for permessage-deflate allocates nothing once warm (io_uring)") {
+  check_pubsub(io_kind::uring, true);
+}
 TEST_CASE("shard: pubsub publish and sub/unsub allocate nothing once warm (io_uring)") { check_pubsub(io_kind::uring); }
 
 TEST_CASE("shard: echo, ping and connection churn allocate nothing once warm (epoll)") { check_backend(io_kind::epoll); }
