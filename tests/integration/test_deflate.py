@@ -12,6 +12,7 @@
 - Hostile: a message that inflates past --max-message-bytes closes with 1009; RSV1 on a control
   frame, on a continuation, or without the extension is 1002; data that does not inflate, or
   inflates to text that is not UTF-8, is 1007. The server keeps serving.
+- On the Redis bus: live events and replays from the stream come compressed as well.
 - The compression cases of the Autobahn test suite, written from their descriptions: 12.x's text
   and binary messages of 16 B to 128 KiB, whole and fragmented, compressed by the client, under
   each of 13.x's offers, echoed (echo mode) and read back by websockets' own inflater.
@@ -26,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import websockets  # noqa: E402  (Debian's python3-websockets)
 from wsp_testlib import (ServerProcess, admin_port, arg_parser, check, http_request, publish_ok, recv_json,  # noqa: E402
-                         run_main, run_step, scaled, scrape_metrics, subscribe, wait_gauge)
+                         poll_until, run_main, run_step, scaled, scrape_metrics, subscribe, wait_gauge)
 from wsp_wire import (OP_BINARY, OP_CONT, OP_PING, OP_TEXT, RawWebSocket, deflate_message,  # noqa: E402
                       encode_frame)
 
@@ -280,6 +281,40 @@ async def autobahn(binary: str, io: str) -> None:
                                               f"(fragments of {chunk or 'none'}) came back different")
 
 
+def redis_bus(binary: str, io: str) -> None:
+    """On the Redis bus the node frames an event it hears from Redis once, and compresses it
+    once: live events and replays from the stream come compressed too."""
+    from wsp_redis import RedisServer
+    rs = RedisServer(persistent=False).start()
+    try:
+        with ServerProcess(binary, io=io, mode="pubsub", extra=["--bus", rs.url]) as s:
+            check(poll_until(lambda: scrape_metrics(admin_port(s)).get("wspush_bus_up") == 1, scaled(30)),
+                  "the node's bus did not come up")
+            holder = raw(s.port)  # a connection that negotiated: events are compressed from here on
+            raw_sub(holder, ["elsewhere"])
+            first = publish_ok(s, "rb:1", mail(1, 600))
+            ws = raw(s.port)
+            raw_sub(ws, ["rb:1"])
+            publish_ok(s, "rb:1", mail(2, 600))
+            publish_ok(s, "rb:1", mail(3, 20))
+            live = []
+            for _ in range(2):
+                event = json.loads(ws.next_event().payload)
+                live.append((event["data"]["seq"], ws.last_compressed))
+            check(live == [(2, True), (3, False)], f"live events on the Redis bus came as {live}")
+            again = raw(s.port)
+            raw_sub(again, ["rb:1"], since={"rb:1": first})
+            replayed = []
+            for _ in range(2):
+                event = json.loads(again.next_event().payload)
+                replayed.append((event["data"]["seq"], again.last_compressed))
+            check(replayed == [(2, True), (3, False)], f"the replay from the Redis stream came as {replayed}")
+            for c in (holder, ws, again):
+                c.close_socket()
+    finally:
+        rs.close()
+
+
 def run(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="pubsub", extra=["--allow-client-publish"],
                        quiet=not args.verbose) as s:
@@ -292,6 +327,7 @@ def run(args) -> None:
     run_step("--compression=off negotiates nothing", compression_off, args.server, args.io)
     run_step("the Autobahn compression cases (12.x messages under each 13.x offer), echoed",
              lambda: asyncio.run(autobahn(args.server, args.io)))
+    run_step("on the Redis bus, live events and replays come compressed", redis_bus, args.server, args.io)
 
 
 if __name__ == "__main__":
