@@ -294,7 +294,9 @@ std::span<const std::uint8_t> head_inflater::head(std::span<const std::uint8_t> 
     z->avail_in = static_cast<uInt>(in.size());
     const int r = inflate(z, Z_SYNC_FLUSH);
     if (r == Z_STREAM_END || z->avail_out == 0) break;
-    if (r != Z_OK && r != Z_BUF_ERROR) return {};
+    // A message cut by the end of a read keeps only its first bytes: the stream stops short,
+    // and what it gave so far is the head.
+    if (r != Z_OK && r != Z_BUF_ERROR) break;
   }
   return {_out.data(), _out.size() - z->avail_out};
 }

@@ -319,7 +319,8 @@ public:
   ~head_inflater();
   head_inflater(const head_inflater&) = delete;
   head_inflater& operator=(const head_inflater&) = delete;
-  /// The first bytes (at most head_bytes) `payload` inflates to; empty when it does not inflate.
+  /// The first bytes (at most head_bytes) `payload` inflates to, as far as it inflates (a message
+  /// cut short keeps only its first compressed bytes); empty when nothing does.
   std::span<const std::uint8_t> head(std::span<const std::uint8_t> payload) noexcept;
 
 private:

@@ -186,9 +186,21 @@ ssize_t worker::io_recv(std::uint32_t i, void* buf, std::size_t len) noexcept {
   ERR_clear_error();
   const int r = SSL_read(_ssl[i], buf, static_cast<int>(len));
   if (r > 0) return r;
+  // Only EPOLLIN is watched once upgraded: a read that wants to write (a renegotiation, which
+  // the server never asks for) would wait forever, so it counts as a broken connection.
   const int e = SSL_get_error(_ssl[i], r);
-  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return -1;
+  if (e == SSL_ERROR_WANT_READ) return -1;
   return e == SSL_ERROR_ZERO_RETURN ? 0 : -2;
+}
+
+/// A TLS write that did not go through whole cannot be retried with other bytes (OpenSSL
+/// wants the same buffer again), and a frame dropped midway would break the stream: the
+/// connection ends (plain sockets only count a lost control frame).
+void worker::tls_write_failed(std::uint32_t i) noexcept {
+  const conn_state s = _conns[i].state;
+  if (s != conn_state::subscribing && s != conn_state::ready && s != conn_state::paused) return;
+  ++_c[ctr::disconnects];
+  drop(i, reconnects() && _go, 50'000'000 + _rng.next() % 250'000'000);
 }
 
 void worker::io_close(std::uint32_t i) noexcept {
@@ -231,6 +243,7 @@ void worker::finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept {
     return fail(i, classify_status(a.status));
   }
   if (!a.accept_ok) return fail(i, ctr::err_bad_accept);
+  c.deflate = a.deflate;
   if (a.deflate) ++_c[ctr::deflate_conns];
   c.upgrade.reset();
   ++_c[ctr::connected];
@@ -299,7 +312,9 @@ void worker::send_control(lg_conn& c, proto::opcode op, std::span<const std::uin
   std::memcpy(frame.data() + h, payload.data(), payload.size());
   proto::apply_mask(std::span<std::uint8_t>(frame.data() + h, payload.size()), mask, 0);
   const ssize_t n = io_send(index_of(c), frame.data(), h + payload.size());
-  if (n != static_cast<ssize_t>(h + payload.size())) ++_c[ctr::send_errors];
+  if (n == static_cast<ssize_t>(h + payload.size())) return;
+  ++_c[ctr::send_errors];
+  if (_tls != nullptr) tls_write_failed(index_of(c));
 }
 
 /// Attempts still not ready after --connect-timeout end as `deadline` errors; once the run has

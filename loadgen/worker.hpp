@@ -50,6 +50,7 @@ struct lg_conn {
   bool slow = false;
   bool churner = false;
   bool storm_wait = false;   ///< dropped in the storm, not back yet
+  bool deflate = false;      ///< its 101 accepted permessage-deflate
 };
 
 static_assert(sizeof(lg_conn) <= 64, "a connection's record fits a cache line");
@@ -90,6 +91,7 @@ private:
   /// Bytes read (> 0); 0 at the end of the stream; -1 when nothing is there now; -2 on an error.
   ssize_t io_recv(std::uint32_t i, void* buf, std::size_t len) noexcept;
   void io_close(std::uint32_t i) noexcept;
+  void tls_write_failed(std::uint32_t i) noexcept;
   void watch(std::uint32_t i, std::uint32_t events) noexcept;
   std::uint32_t index_of(const lg_conn& c) const noexcept { return static_cast<std::uint32_t>(&c - _conns.data()); }
   void finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept;

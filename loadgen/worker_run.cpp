@@ -163,7 +163,7 @@ struct worker::sink {
   [[gnu::always_inline]] void on_message(std::span<const std::uint8_t> m, std::uint8_t op) noexcept {
     if (gone()) return;
     if (op & compressed_bit) {
-      if (!w._inflater) return void(++w._c[ctr::protocol_errors]);  // RSV1 with the extension not offered
+      if (!c.deflate) return void(++w._c[ctr::protocol_errors]);  // RSV1 without the extension
       ++w._c[ctr::compressed];
       m = w._inflater->head(m);
     }

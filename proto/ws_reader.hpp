@@ -139,9 +139,12 @@ inline close_code ws_reader::check_header(const frame_header& h, const ws_limits
   const std::uint64_t so_far = continuation ? _message_bytes : 0;
   // The limits are on what a message is: a compressed one that will not shrink (random bytes)
   // may come a little over them on the wire, and its inflated size is checked after.
+  // Each bound stays within 32 bits: the reader counts in them.
   const bool compressed = continuation ? (_flags & f_compressed) != 0 : h.rsv != 0;
-  const std::uint64_t slack = compressed ? deflate_slack(limits.max_message_bytes) : 0;
-  if (h.payload_len > limits.max_frame_bytes + slack || so_far + h.payload_len > limits.max_message_bytes + slack)
+  auto bound = [compressed](std::uint32_t limit) {
+    return std::min<std::uint64_t>(limit + (compressed ? deflate_slack(limit) : 0), UINT32_MAX);
+  };
+  if (h.payload_len > bound(limits.max_frame_bytes) || so_far + h.payload_len > bound(limits.max_message_bytes))
     return close_code::too_big;
   return close_code{};
 }
@@ -152,7 +155,7 @@ inline void ws_reader::start_data_frame(const frame_header& h) noexcept {
     _message_bytes = 0;
     _utf8.reset();
   }
-  // check_header bounded payload_len and the sum by 32-bit limits.
+  // check_header bounded payload_len and the sum by 32-bit bounds.
   _message_bytes += static_cast<std::uint32_t>(h.payload_len);
   _remaining = static_cast<std::uint32_t>(h.payload_len);
   _mask = h.mask;

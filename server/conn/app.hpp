@@ -82,6 +82,8 @@ class conn_ops {
   virtual void set_app_bits(conn_id c, std::uint8_t bits) noexcept = 0;
   /// Where frames are leased from.
   virtual pool::buffer_pool& buffers() noexcept = 0;
+  /// Whether `c` negotiated permessage-deflate (a frame's compressed twin would reach it).
+  virtual bool compresses(conn_id c) const noexcept { return false; }
   /// Hands `c` no further message until resume(c): called from on_message, the application
   /// finishes an asynchronous request (a `sub` waiting for a bus) before it sees the next one.
   /// What arrives meanwhile is kept, and reading pauses (the kernel keeps the rest).

@@ -94,6 +94,9 @@ class connections final : public loop_handler,
   void hold(conn_id c) noexcept override { _ws.hold(c); }
   void resume(conn_id c) noexcept override { _ws.resume(c); }
   pool::buffer_pool& buffers() noexcept override { return _buffers; }
+  bool compresses(conn_id c) const noexcept override {
+    return c < _table.capacity() && (_table.at(c).ext & ext_deflate) != 0;
+  }
   std::uint8_t app_bits(conn_id c) const noexcept override {
     return std::uint8_t((_table.at(c).flags & flag_app_mask) >> flag_app_shift);
   }

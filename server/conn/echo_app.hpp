@@ -9,7 +9,8 @@ namespace wspush::server {
 class echo_app final : public application {
  public:
   /// With `z`, a message of at least its min_bytes goes back compressed to a sender that
-  /// negotiated permessage-deflate (compressed for each message: echo has nothing to share).
+  /// negotiated permessage-deflate (compressed for each message: echo has nothing to share;
+  /// not at all for a sender that did not negotiate).
   explicit echo_app(compression* z = nullptr) noexcept : _compression(z) {}
   void bind(conn_ops& ops) noexcept override { _ops = &ops; }
   bool on_open(conn_id, const open_info&) noexcept override { return true; }

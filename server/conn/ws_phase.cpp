@@ -172,7 +172,9 @@ bool ws_phase::deliver(std::uint32_t slot, proto::opcode op, pool::lease* block,
 bool ws_phase::inflate(std::uint32_t slot, proto::opcode op, pool::lease& in, std::size_t in_len) noexcept {
   if (!_inflater) _inflater = std::make_unique<proto::message_inflater>();
   if (!*_inflater) return close_on_error(slot, proto::close_code::internal_error), false;
-  const std::size_t limit = _c.options().max_message_bytes;
+  // The bound, or the largest block the pool has (32 MiB) if that is less: past it, 1009 too.
+  const std::size_t limit = std::min<std::size_t>(_c.options().max_message_bytes,
+                                                  pool::buffer_pool::max_block_size - message_header_room);
   const std::span<std::uint8_t> packed(in.data() + message_header_room, in.capacity() - message_header_room);
   const std::size_t first_try = std::min<std::size_t>(limit, std::max<std::size_t>(4096, in_len * 8));
   for (std::size_t room = first_try;; room = limit) {

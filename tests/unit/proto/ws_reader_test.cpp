@@ -462,4 +462,11 @@ TEST_CASE("reader: with permessage-deflate, RSV1 marks a message's first frame a
                       client_frame(op_cont, std::string(slack + 49, 'z'))}),
                  close_code::too_big, small);
   }
+  SECTION("a frame's slack is its own limit's, not the message's") {
+    const ws_limits frames{.max_frame_bytes = 125, .max_message_bytes = 1 << 20, .deflate = true};
+    CHECK(run_all(client_frame(op_binary, std::string(125 + deflate_slack(125), 'z'), {.rsv = 4}), frames).status ==
+          parse_status::done);
+    expect_error(client_frame(op_binary, std::string(126 + deflate_slack(125), 'z'), {.rsv = 4}), close_code::too_big,
+                 frames);
+  }
 }
