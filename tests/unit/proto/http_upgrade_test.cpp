@@ -163,16 +163,20 @@ TEST_CASE("upgrade: Sec-WebSocket-Extensions kept in order, repeated or not", "[
   const std::string head =
       "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
-  const upgrade_request none = expect_websocket(head + "\r\n");
+  // The request's views point into the text parsed: each text lives as long as its views.
+  const std::string bare = head + "\r\n";
+  const upgrade_request none = expect_websocket(bare);
   CHECK(none.extension_headers == 0);
-  const upgrade_request two = expect_websocket(head + "sec-websocket-extensions:  foo; a=1 \r\n"
-                                                      "SEC-WEBSOCKET-EXTENSIONS:permessage-deflate\r\n\r\n");
+  const std::string with_two = head + "sec-websocket-extensions:  foo; a=1 \r\n"
+                                      "SEC-WEBSOCKET-EXTENSIONS:permessage-deflate\r\n\r\n";
+  const upgrade_request two = expect_websocket(with_two);
   CHECK(two.extension_headers == 2);
   CHECK(two.extensions[0] == "foo; a=1");
   CHECK(two.extensions[1] == "permessage-deflate");
   std::string many = head;
   for (int k = 0; k < 6; ++k) many += "Sec-WebSocket-Extensions: x" + std::to_string(k) + "\r\n";
-  const upgrade_request more = expect_websocket(many + "\r\n");
+  many += "\r\n";
+  const upgrade_request more = expect_websocket(many);
   // More than it keeps: the count says so (one past the array), the first ones are kept.
   CHECK(more.extension_headers == upgrade_request::max_extension_headers + 1);
   CHECK(more.extensions[0] == "x0");
