@@ -367,9 +367,11 @@ private:
     while (end - p >= 2) {
       const std::uint8_t b0 = p[0];
       const std::uint8_t b1 = p[1];
-      // Not fin, RSV set (but RSV1 on a text or binary frame: compressed), masked, or 64-bit length.
-      if ((b0 & 0xf0) != 0x80 && ((b0 & 0xf0) != 0xc0 || (b0 & 0x0f) == 0 || (b0 & 0x08))) break;
-      if (b1 >= 127) break;
+      // Only fin frames without RSV bits, or a text or binary one with RSV1 (compressed);
+      // unmasked, and not a 64-bit length.
+      const bool plain = (b0 & 0xf0) == 0x80;
+      const bool deflated = (b0 & 0xf0) == 0xc0 && ((b0 & 0x0f) == 1 || (b0 & 0x0f) == 2);
+      if ((!plain && !deflated) || b1 >= 127) break;
       std::size_t head = 2;
       std::size_t len = b1;
       if (b1 == 126) {

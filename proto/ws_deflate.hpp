@@ -55,7 +55,7 @@ enum class inflate_status : std::uint8_t {
 
 /// Inflates the messages of a client that takes no context over (client_no_context_takeover,
 /// which the server always asks for): each message on its own, so one inflater serves every
-/// connection of a thread. Not thread-safe; it keeps libdeflate's tables (about 32 KiB).
+/// connection of a thread. Not thread-safe; it keeps libdeflate's tables (about 11 KB).
 class message_inflater {
  public:
   message_inflater() noexcept;

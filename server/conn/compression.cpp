@@ -14,7 +14,7 @@ void compression::attach(pool::buffer_pool& buffers, pool::frame_ref& frame) noe
       (h.raw_opcode != std::uint8_t(proto::opcode::text) && h.raw_opcode != std::uint8_t(proto::opcode::binary)) ||
       h.size + h.payload_len != bytes.size() || h.payload_len < _min_bytes)
     return;
-  thread_local proto::message_deflater deflater;  // ~1 MiB of tables per thread that compresses
+  thread_local proto::message_deflater deflater;  // ~200 KB of tables per thread that compresses (level 1)
   if (!deflater) return;
   const auto payload = bytes.subspan(h.size);
   constexpr std::size_t room = proto::max_server_header_size;

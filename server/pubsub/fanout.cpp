@@ -30,9 +30,7 @@ std::uint64_t fanout::on_item(event&& e) noexcept {
 /// the twins (or the plain frames of those that have none) back to back as its twin. Empty
 /// when out of memory.
 pool::frame_ref fanout::join_run() noexcept {
-  auto join = [this](bool twins) {
-    std::size_t bytes = 0;
-    for (const event& e : _run) bytes += (twins && e.frame.has_twin() ? e.frame.twin_bytes() : e.frame.bytes()).size();
+  auto join = [this](bool twins, std::size_t bytes) {
     pool::lease l = _ops->buffers().acquire(bytes);
     if (!l) return pool::frame_ref{};
     std::size_t at = 0;
@@ -44,12 +42,16 @@ pool::frame_ref fanout::join_run() noexcept {
     l.set_size(at);
     return pool::frame_ref::adopt(std::move(l));
   };
-  pool::frame_ref joined = join(false);
+  pool::frame_ref joined = join(false, _run_bytes);
   bool some_twin = false;
-  for (const event& e : _run) some_twin |= e.frame.has_twin();
+  std::size_t twin_bytes = 0;
+  for (const event& e : _run) {
+    some_twin |= e.frame.has_twin();
+    twin_bytes += (e.frame.has_twin() ? e.frame.twin_bytes() : e.frame.bytes()).size();
+  }
   // Without memory for the twin, everyone gets the plain frames: valid with the extension too.
   if (joined && some_twin)
-    if (pool::frame_ref twin = join(true)) joined.set_twin(std::move(twin));
+    if (pool::frame_ref twin = join(true, twin_bytes)) joined.set_twin(std::move(twin));
   return joined;
 }
 

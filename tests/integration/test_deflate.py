@@ -57,6 +57,15 @@ def raw_sub(ws: RawWebSocket, topics, since=None) -> dict:
     return reply
 
 
+def seqs(ws: RawWebSocket, n: int) -> list:
+    """The next n events' (data seq, came compressed)."""
+    out = []
+    for _ in range(n):
+        event = json.loads(ws.next_event().payload)
+        out.append((event["data"]["seq"], ws.last_compressed))
+    return out
+
+
 def mail(n: int, size: int) -> dict:
     """A mailbox notification of about `size` bytes of JSON."""
     base = {"kind": "mail", "seq": n, "from": "alice@example.com", "subject": ""}
@@ -165,10 +174,7 @@ def replay(s: ServerProcess) -> None:
     publish_ok(s, "replay:1", mail(102, 2000))
     ws = raw(s.port)
     raw_sub(ws, ["replay:1"], since={"replay:1": first})
-    got = []
-    for _ in range(3):
-        event = json.loads(ws.next_event().payload)
-        got.append((event["data"]["seq"], ws.last_compressed))
+    got = seqs(ws, 3)
     check(got == [(100, False), (101, False), (102, True)], f"the replay after the first event came as {got}")
     ws.close_socket()
     holder.close_socket()
@@ -297,17 +303,11 @@ def redis_bus(binary: str, io: str) -> None:
             raw_sub(ws, ["rb:1"])
             publish_ok(s, "rb:1", mail(2, 600))
             publish_ok(s, "rb:1", mail(3, 20))
-            live = []
-            for _ in range(2):
-                event = json.loads(ws.next_event().payload)
-                live.append((event["data"]["seq"], ws.last_compressed))
+            live = seqs(ws, 2)
             check(live == [(2, True), (3, False)], f"live events on the Redis bus came as {live}")
             again = raw(s.port)
             raw_sub(again, ["rb:1"], since={"rb:1": first})
-            replayed = []
-            for _ in range(2):
-                event = json.loads(again.next_event().payload)
-                replayed.append((event["data"]["seq"], again.last_compressed))
+            replayed = seqs(again, 2)
             check(replayed == [(2, True), (3, False)], f"the replay from the Redis stream came as {replayed}")
             for c in (holder, ws, again):
                 c.close_socket()
