@@ -1,0 +1,230 @@
+#pragma once
+// The Redis bus's inner parts, shared by its source files (redis_bus.cpp: set-up, requests from
+// other threads, the loop, connecting; redis_bus_subs.cpp: subscriptions and the replay seam;
+// redis_bus_replies.cpp: publishes and what Redis answers). Not a header for anyone else.
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <random>
+
+#include "proto/envelope.hpp"
+#include "proto/topic.hpp"
+#include "proto/ws_frame.hpp"
+#include "server/base/clock.hpp"
+#include "server/base/log.hpp"
+#include "server/bus/redis_bus.hpp"
+
+namespace wspush::server::bus {
+
+extern const char* const redis_functions;  // wspush.lua, built in (redis_functions.cpp)
+
+namespace detail {
+
+inline constexpr std::uint64_t key_sub = 1, key_cmd = 2;
+inline constexpr std::string_view topic_prefix = "wspush:topic:";
+inline constexpr std::string_view node_prefix = "wspush:node:";
+inline constexpr std::size_t channels_per_command = 1000;
+inline constexpr std::size_t full_sub_batch = 64;          // (un)subscribes that go at once (send_batches)
+inline constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
+inline constexpr std::size_t max_kept_live = 1 << 14;    // live events kept aside for one replay
+// A replay is read in pages (wspush_replay's bound): no reply Redis builds, nor one the node
+// reads, is larger than a page, however long the history; and the pages in flight node-wide
+// are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
+inline constexpr std::string_view replay_page_entries = "64";
+inline constexpr std::uint32_t max_pages_in_flight = 8;
+inline constexpr std::size_t max_batch_pubs = 64;          // publishes in one FCALL wspush_publish_batch
+inline constexpr std::size_t max_batch_bytes = 1 << 20;    // and their topics and data, about
+inline constexpr std::size_t replay_page_bound = 1 << 20;  // the most a page holds (and what a catch-up's do)
+inline constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
+inline constexpr std::uint32_t mark_every_ticks = 20;        // wspush_mark once a second
+inline constexpr std::uint32_t held_sub_ticks = 200;         // a sub waits 10 s for Redis to come back
+inline constexpr std::uint32_t max_held_subs = 1 << 16;      // subs waiting for Redis, node-wide
+inline constexpr std::string_view lost_head = R"({"op":"lost","topics":[")", lost_tail = R"("]})";
+
+/// Decimal digits only, within 64-bit unsigned range (what Redis reads in a stream id).
+inline bool parse_number(std::string_view s, std::uint64_t& v) noexcept {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+/// An id's epoch (the life of Redis's data it was issued in): 1-16 of [0-9a-z].
+inline bool valid_epoch(std::string_view epoch) noexcept {
+  if (epoch.empty() || epoch.size() > 16) return false;
+  for (char c : epoch)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'))) return false;
+  return true;
+}
+
+/// "<epoch>:<ms>-<seq>" → (ms, seq); false when malformed.
+inline bool parse_id(std::string_view id, std::uint64_t& ms, std::uint64_t& seq) noexcept {
+  const auto colon = id.find(':');
+  if (colon == std::string_view::npos || !valid_epoch(id.substr(0, colon))) return false;
+  std::string_view rest = id.substr(colon + 1);
+  const auto dash = rest.find('-');
+  if (dash == 0 || dash == std::string_view::npos || dash + 1 == rest.size()) return false;
+  return parse_number(rest.substr(0, dash), ms) && parse_number(rest.substr(dash + 1), seq);
+}
+
+/// A sub's number is the shard's own: with the shard it names one sub of the node.
+inline std::uint64_t request_key(std::uint32_t shard, std::uint64_t request) noexcept { return request << 10 ^ shard; }
+
+struct id_key {
+  std::uint64_t ms = 0, seq = 0;
+  bool operator>(const id_key& o) const noexcept { return ms != o.ms ? ms > o.ms : seq > o.seq; }
+};
+
+/// Both ids are of the same epoch (the same life of Redis's data); false when one is empty.
+inline bool same_epoch(std::string_view a, std::string_view b) noexcept {
+  const auto ca = a.find(':'), cb = b.find(':');
+  return ca != std::string_view::npos && ca == cb && a.substr(0, ca) == b.substr(0, cb);
+}
+
+inline id_key key_of(std::string_view id) noexcept {
+  id_key k;
+  parse_id(id, k.ms, k.seq);
+  return k;
+}
+
+/// A place between events (redis_bus::mark_moment), not an event a stream issued.
+inline bool is_moment(std::string_view id) noexcept { return key_of(id).seq == UINT64_MAX; }
+
+inline std::string_view str(const resp::reply* r) noexcept {
+  using enum resp::reply_type;
+  return r && (r->type == string || r->type == status || r->type == error)
+             ? std::string_view(r->str, r->len)
+             : std::string_view{};
+}
+
+inline std::string random_node_id() {
+  std::random_device rd;
+  std::uint64_t v = (std::uint64_t(rd()) << 32) ^ rd();
+  static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::string s;
+  for (int k = 0; k < 10; ++k, v /= 36) s += digits[v % 36];
+  return s;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+// ---- the parts ------------------------------------------------------------------------------
+
+struct redis_bus::waiter {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  bool sent = false;       // handed to Redis: from here on only Redis's answer settles it
+  bool withdrawn = false;  // the publisher stopped waiting before it was sent: never send it
+  bus_publish result = bus_publish::unavailable;
+  std::string id;
+  std::uint64_t ticket = 0;
+  redis_bus* notify = nullptr;  // its publish notify is told the ticket once settled (publish_queue)
+  void finish(bus_publish r, std::string_view text) {
+    {
+      std::lock_guard lock(m);
+      result = r;
+      id.assign(text);
+      done = true;
+      cv.notify_all();
+    }
+    if (notify) notify->notify_settled(ticket);
+  }
+};
+
+struct redis_bus::request {
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more } kind = sub;
+  std::uint32_t shard = 0;
+  std::uint64_t tag = 0;  // client_pub: the session's tag
+  std::string topic, data;
+  std::unique_ptr<pubsub::bus_sub> s;
+  std::shared_ptr<waiter> w;
+  std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
+  std::uint64_t room = 0;         // more: what the connection can take (bytes)
+};
+
+/// One publish of a batch (op::publishes), answered from its element of the reply.
+struct redis_bus::batched_pub {
+  bool client = false;      // a client's pub (else the admin API's)
+  std::uint32_t shard = 0;  // client: its shard, its tag, what it counts in _pub_bytes
+  std::uint64_t tag = 0;
+  std::size_t bytes = 0;
+  std::string topic;        // client: for its error, if one comes
+  std::shared_ptr<waiter> w;
+};
+
+struct redis_bus::op {
+  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, node_bytes, other };
+  explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
+  kind_t kind;
+  std::uint64_t pid = 0;
+  std::uint32_t index = 0;
+  std::uint32_t shard = 0;
+  std::uint64_t tag = 0;    // replay: the link generation it was sent on
+  std::vector<batched_pub> pubs;  // publishes: one per pair of the call, in order
+  redis_bus* bus = nullptr;
+};
+
+struct redis_bus::topic_state {
+  std::uint16_t holders = 0;
+  enum state_t : std::uint8_t { idle, subscribing, active, unsubscribing } state = idle;
+  bool needs_catchup = false;       // subscribed before an outage: replay what was missed
+  // Subscribed without a break since before the last mark heard, owing no catch-up: every
+  // event published before that mark has been handed on (the mark is a floor).
+  bool floored = false;
+  bool listed = false;              // in _unfloored
+  // Where the catch-up owed after an outage starts, fixed when the outage began (a mark heard
+  // later is no floor for a topic that was not subscribed meanwhile); not known: its
+  // subscribers hear it is lost. Once that catch-up is done it stays a floor for the next one
+  // (everything after it was handed on), unless the catch-up was lost.
+  bool catchup_known = false;
+  std::string catchup_since;
+  std::uint64_t catchup_at = 0;     // when it was known (bus::_order)
+  std::uint64_t last_at = 0;        // when last_id was set (bus::_order)
+  std::uint64_t catchup = 0;        // the catch-up under way (its live events are kept aside)
+  std::vector<std::uint64_t> waiting;    // subs waiting for the confirmation
+  std::vector<std::uint64_t> replaying;  // subs keeping live events aside
+  std::string last_id;              // the last event seen (where a catch-up starts)
+};
+
+struct redis_bus::pending {
+  enum kind_t : std::uint8_t { sub, catchup } kind = sub;
+  std::uint64_t pid = 0;
+  std::unique_ptr<pubsub::bus_sub> s;
+  std::uint32_t unconfirmed = 0, replies_left = 0;
+  bool marker_seen = false, failed = false;
+  bool marker_sent = false;    // behind the last page of every part (maybe_finish)
+  bool held = false;           // waits for Redis to come back (bus::_held_subs)
+  // Paced (send_page): `subbed` went with the first page; each next page, and then the
+  // marker and replay_done, wait for the shard's more() (the client read what it had).
+  bool answered = false;
+  bool awaiting_more = false;
+  std::uint32_t next_part = 0;  // answered: the part whose page comes next (parts.size(): the marker)
+  // What a page may hold (bytes, and at least one entry): a sub's connection's room (asked
+  // with the sub, then with each more()), so that the shard holds none of a page back.
+  std::uint64_t page_bytes = replay_page_bound;
+  std::uint32_t deadline = 0;  // held: the tick it is refused at
+  bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
+  struct part {
+    std::string topic, since;
+    std::string last_id;       // the newest id replayed
+    std::string live_last_id;  // catch-up: the newest live event held back
+    std::string cursor;        // where the next page starts (wspush_replay's `next`); empty: the first
+    bool lost = false, replaying = false, overflow = false;
+    bool joins = false;        // sub: new to the connection (given a position; joins with the answer)
+    bool lost_told = false;    // told (in `subbed`, or in the stream) since it was last found lost
+    id_key last;  // the newest id replayed (or `since`)
+    std::vector<pool::frame_ref> entries;
+    std::vector<std::pair<id_key, pool::frame_ref>> live;
+  };
+  std::vector<part> parts;
+};
+
+}  // namespace wspush::server::bus

@@ -1,0 +1,377 @@
+// The Redis bus's publishes, batched into one function call, and what Redis answers: replies
+// to commands, pub/sub messages (live events and marks), framing and offering events to the
+// shards.
+
+#include "server/bus/redis_bus_parts.hpp"
+
+namespace wspush::server::bus {
+
+// ---- publishes ------------------------------------------------------------------------------
+
+/// Takes a publish into the batch being gathered (take_requests), which goes once it holds
+/// max_batch_pubs publishes or max_batch_bytes of them, or when the requests taken run out.
+void redis_bus::gather_publish(request& r) noexcept {
+  if (r.w) {
+    std::lock_guard lock(r.w->m);
+    if (r.w->withdrawn) return;  // its publisher was told unavailable: keep that true
+    r.w->sent = true;            // (a failed send settles it as unavailable)
+  }
+  try {
+    _gathered.push_back(&r);
+  } catch (...) {
+    return publish_refused(r);
+  }
+  _gathered_bytes += r.topic.size() + r.data.size();
+  if (_gathered.size() >= max_batch_pubs || _gathered_bytes >= max_batch_bytes) send_publishes();
+}
+
+/// The publishes gathered go to Redis in one FCALL wspush_publish_batch.
+void redis_bus::send_publishes() noexcept {
+  if (_gathered.empty()) return;
+  auto* o = new (std::nothrow) op{op::publishes};
+  bool sent = false;
+  if (o) {
+    try {
+      o->pubs.resize(_gathered.size());
+      _argv.assign({"FCALL", "wspush_publish_batch", "0"});
+      for (std::size_t k = 0; k < _gathered.size(); ++k) {
+        const request& r = *_gathered[k];
+        _argv.push_back(r.topic);
+        _argv.push_back(r.data);
+        batched_pub& b = o->pubs[k];
+        b.client = r.kind == request::client_pub;
+        b.shard = r.shard;
+        b.tag = r.tag;
+        b.bytes = r.topic.size() + r.data.size();
+        b.w = r.w;
+      }
+      sent = command(_argv, o);  // deletes o if it was not sent
+      if (sent) _n.publish_calls.add();
+    } catch (...) {
+      delete o;
+    }
+  }
+  for (std::size_t k = 0; k < _gathered.size(); ++k) {
+    request& r = *_gathered[k];
+    if (!sent) publish_refused(r);
+    else if (r.kind == request::client_pub) o->pubs[k].topic = std::move(r.topic);  // sent: the bytes are copied
+  }
+  _gathered.clear();
+  _gathered_bytes = 0;
+}
+
+/// A publish that did not go (down, or no memory): its publisher hears it.
+void redis_bus::publish_refused(request& r) noexcept {
+  if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
+  if (r.kind == request::client_pub) {
+    pub_answered(r.topic.size() + r.data.size());
+    pub_failed(r.shard, r.tag, r.topic);
+  }
+}
+
+void redis_bus::pub_answered(std::size_t bytes) noexcept { _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
+
+// ---- replies --------------------------------------------------------------------------------
+
+void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
+  std::unique_ptr<op> hold(o);
+  const bool error = r == nullptr || r->type == resp::reply_type::error;
+  switch (o->kind) {
+    case op::setup:
+    case op::epoch:
+      // No reply at all: the link went away meanwhile, and that path says so.
+      if (r == nullptr) return;
+      if (error) return setup_refused(str(r));
+      // After a refusal the link is closing: the set-up's later answers (Redis runs what
+      // follows a refused AUTH as the default user) must not bring the bus up meanwhile.
+      if (o->kind == op::setup || !_refusal.empty()) return;
+      _epoch.assign(str(r));
+      _cmd_ready = true;
+      return ready_check();
+    case op::publishes: return publishes_answered(*o, r);
+    case op::replay: {
+      if (o->tag == _link_gen && _pages_in_flight > 0) --_pages_in_flight;  // pump_pages (on_turn) sends the next
+      if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
+      auto it = _pending.find(o->pid);
+      if (it == _pending.end() || it->second.failed) return;
+      pending& p = it->second;
+      // A page is {lost, next, id, data, ...}; a library loaded by an older node (a fleet being
+      // upgraded) answers the whole replay as {lost, id, data, ...}: an odd count tells it.
+      const bool paged = r != nullptr && r->type == resp::reply_type::array && r->elements % 2 == 0;
+      if (error || r->type != resp::reply_type::array || r->elements < 1 || r->element[0]->type != resp::reply_type::integer ||
+          (paged && r->element[1]->type != resp::reply_type::string)) {
+        if (r != nullptr && !error) _n.malformed.add();
+        if (error && r != nullptr)
+          log_ratelimited(log_level::warn, "bus: a replay of %.*s failed: %.*s", int(p.parts[o->index].topic.size()),
+                          p.parts[o->index].topic.data(), int(str(r).size()), str(r).data());
+        return drop_pending(o->pid);  // what the sub's other replies brought goes with it
+      }
+      auto& part = p.parts[o->index];
+      if (r->element[0]->integer != 0) {
+        // Each page found so is told (send_page): the stream may have been trimmed past the
+        // replay's place again since the last notice.
+        part.lost = true;
+        part.lost_told = false;
+      }
+      for (std::size_t k = paged ? 2 : 1; k + 1 < r->elements; k += 2) {
+        std::string_view id = str(r->element[k]), data = str(r->element[k + 1]);
+        std::uint64_t ms, seq;
+        if (!parse_id(id, ms, seq) || !valid_data(data)) {
+          _n.malformed.add();
+          continue;
+        }
+        pool::frame_ref f = frame_event(part.topic, id, data);
+        if (!f) return drop_pending(o->pid);
+        part.entries.push_back(std::move(f));
+        part.last = id_key{ms, seq};
+        part.last_id.assign(id);
+      }
+      const std::string_view next = paged ? str(r->element[1]) : std::string_view{};
+      if (!next.empty()) {
+        // The next page starts after it: it must move on, or a broken reply would loop.
+        std::uint64_t ms, seq;
+        const id_key from = key_of(part.cursor.empty() ? part.since : part.cursor);
+        if (!parse_id(next, ms, seq) || !(id_key{ms, seq} > from)) {
+          _n.malformed.add();
+          return drop_pending(o->pid);
+        }
+        part.cursor.assign(next);
+      } else {
+        --p.replies_left;
+      }
+      const std::uint32_t k = next.empty() ? next_part(p, o->index + 1) : o->index;
+      // A sub whose replay fits in a page is answered as a whole (maybe_finish), the pages of
+      // its topics read in turn while they do; a longer one goes page by page, at its
+      // client's pace.
+      if (p.kind == pending::sub && k < p.parts.size() && !p.answered) {
+        std::size_t bytes = 0;
+        for (const auto& x : p.parts)
+          for (const auto& f : x.entries) bytes += f.bytes().size();
+        if (!next.empty() || bytes >= p.page_bytes) return send_page(o->pid, p, k);
+      }
+      if (p.kind == pending::sub && p.answered) return send_page(o->pid, p, k);
+      if (k < p.parts.size()) return queue_page(o->pid, k);
+      return maybe_finish(o->pid);
+    }
+    case op::mark:
+      // Refused (OOM, BUSY, an older library): no mark comes; try again at the next one.
+      if (error) {
+        _mark_in_flight = false;
+        if (r != nullptr) log_ratelimited(log_level::warn, "bus: wspush_mark: %.*s", int(str(r).size()), str(r).data());
+      }
+      return;
+    case op::node_bytes: {
+      // {name, value}; refused (an ACL user without CONFIG, a renamed command): nothing said.
+      if (error || r->type != resp::reply_type::array || r->elements != 2) return;
+      std::uint64_t bytes = 0;
+      const std::string_view v = str(r->element[1]);
+      if (std::from_chars(v.data(), v.data() + v.size(), bytes).ec != std::errc{} || bytes <= 1024) return;
+      _told_node_bytes = true;
+      log(log_level::warn, "bus: Redis keeps each topic's history in blocks of %llu bytes (stream-node-max-bytes): "
+          "a topic with a few small events costs about %llu bytes of Redis memory, a million such topics %.1f GB; "
+          "512 keeps such a topic under 1 KB and its first publish cheaper (docs/REDIS.md)",
+          static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(bytes + 300), double(bytes + 300) / 1e3);
+      return;
+    }
+    case op::marker:
+    case op::other:
+      if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
+      return;
+  }
+}
+
+/// Redis answered a batch of publishes: each by its element of the reply, in order. No reply
+/// (the link went away with the call sent or about to be: Redis may have run it), an error for
+/// the whole call (out of memory, or a library without the function), or a reply of another
+/// shape answers every publish of the batch the same way.
+void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
+  const bool each = r != nullptr && r->type == resp::reply_type::array && r->elements == o.pubs.size();
+  if (r != nullptr && !each && r->type != resp::reply_type::error) _n.malformed.add();
+  if (r != nullptr && r->type == resp::reply_type::error && str(r).find("Function not found") != std::string_view::npos) {
+    // A node of an older version loaded its library since (FUNCTION LOAD REPLACE on connect):
+    // this one's holds every function the older one has, so it goes back. The batch did not
+    // run: its publishers hear it refused, and a retry is safe.
+    log_ratelimited(log_level::warn, "bus: Redis has no wspush_publish_batch (a node of an older version loaded its "
+                    "functions): loading this node's again");
+    if (auto* load = new (std::nothrow) op{op::other}) command({"FUNCTION", "LOAD", "REPLACE", redis_functions}, load);
+  }
+  for (std::size_t k = 0; k < o.pubs.size(); ++k) {
+    batched_pub& b = o.pubs[k];
+    const resp::reply* e = each ? r->element[k] : r;
+    const bus_publish result = e == nullptr                              ? bus_publish::unknown
+                               : e->type == resp::reply_type::error      ? bus_publish::refused
+                               : e->type == resp::reply_type::string && e->len > 0 ? bus_publish::ok
+                                                                         : bus_publish::refused;
+    if (!b.client) {
+      if (b.w) b.w->finish(result, result == bus_publish::refused && e->type != resp::reply_type::error ? "a malformed reply" : str(e));
+      continue;
+    }
+    pub_answered(b.bytes);
+    if (result == bus_publish::ok && b.shard < _pubs_done.size()) {
+      try {
+        _pubs_done[b.shard].push_back(b.tag);  // answered in one reply per shard (on_turn)
+        continue;
+      } catch (...) {
+      }
+    }
+    // Refused: the client hears unavailable. Unanswered (the link broke with it sent), or taken
+    // with no memory to say so: timeout, it may have been published.
+    pub_failed(b.shard, b.tag, std::move(b.topic), result != bus_publish::refused);
+  }
+}
+
+/// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.
+void redis_bus::on_sub_message(const resp::reply* r) noexcept {
+  if (r == nullptr || r->type != resp::reply_type::array || r->elements < 3) return;
+  const std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
+  if (kind == "message") {
+    const std::string_view payload = str(r->element[2]);
+    if (channel == _node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(payload) : marker(payload);
+    if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
+    return live(channel.substr(topic_prefix.size()), payload);
+  }
+  if (channel == _node_channel) {
+    if (kind == "subscribe") {
+      _sub_ready = true;
+      ready_check();
+    }
+    return;
+  }
+  if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
+  const std::string topic(channel.substr(topic_prefix.size()));
+  if (kind == "subscribe" || kind == "unsubscribe") {
+    if (_awaiting > 0) --_awaiting;
+    if (kind == "subscribe") confirmed(topic);
+    else unsubscribed(topic);
+    if (_awaiting == 0) send_batches();  // what gathered meanwhile
+  }
+}
+
+void redis_bus::marker(std::string_view payload) noexcept {
+  std::uint64_t pid = 0;
+  for (char c : payload) {
+    if (c < '0' || c > '9') return;
+    pid = pid * 10 + std::uint64_t(c - '0');
+  }
+  auto it = _pending.find(pid);
+  if (it == _pending.end()) return;
+  // Live events keep being kept aside until the answer goes (finish): those after the marker
+  // were published after the replay's read, and reach the shard only through the answer.
+  it->second.marker_seen = true;
+  maybe_finish(pid);
+}
+
+bool redis_bus::valid_data(std::string_view data) noexcept {
+  if (data.empty()) return false;
+  _scratch.assign(data);
+  _scratch.resize(data.size() + simdjson::SIMDJSON_PADDING, ' ');
+  simdjson::dom::element e;
+  return !_json.parse(_scratch.data(), data.size(), false).get(e);
+}
+
+/// One publish from Redis: framed once, kept aside for the replays that wait for it, and
+/// offered to every shard (unless a catch-up of the topic holds it back to keep the order).
+void redis_bus::live(std::string_view topic, std::string_view payload) noexcept {
+  const auto space = payload.find(' ');
+  std::uint64_t ms = 0, seq = 0;
+  if (space == std::string_view::npos || !proto::is_valid_topic(topic) ||
+      !parse_id(payload.substr(0, space), ms, seq) || !valid_data(payload.substr(space + 1))) {
+    _n.malformed.add();
+    log_ratelimited(log_level::warn, "bus: skipped a malformed message on %.*s%.*s", int(topic_prefix.size()),
+                    topic_prefix.data(), int(topic.size()), topic.data());
+    return;
+  }
+  _n.events_in.add();
+  const std::string_view id = payload.substr(0, space), data = payload.substr(space + 1);
+  auto it = _topics.find(std::string(topic));
+  pool::frame_ref f = frame_event(topic, id, data);
+  if (!f) {
+    _n.dropped.add();
+    return;
+  }
+  const id_key key{ms, seq};
+  bool held_back = false;
+  if (it != _topics.end()) {
+    topic_state& ts = it->second;
+    for (std::uint64_t pid : ts.replaying) {
+      auto p = _pending.find(pid);
+      if (p == _pending.end()) continue;
+      for (auto& part : p->second.parts)
+        if (part.replaying && part.topic == topic) {
+          if (part.live.size() < max_kept_live) {
+            part.live.emplace_back(key, f);
+          } else {
+            part.overflow = part.lost = true;
+            part.lost_told = false;
+          }
+        }
+    }
+    if (ts.catchup) {
+      // Behind the catch-up's replay, in order (at most max_kept_live: past it, lost).
+      auto p = _pending.find(ts.catchup);
+      if (p != _pending.end() && !p->second.failed) {
+        auto& part = p->second.parts[0];
+        if (part.live.size() < max_kept_live) {
+          part.live.emplace_back(key, f);
+          part.live_last_id.assign(id);
+        } else {
+          part.overflow = part.lost = true;
+        }
+        held_back = true;
+      }
+    } else if (ts.needs_catchup) {
+      // Subscribed again after an outage, its catch-up not started yet (the command
+      // connection is still being set up): the catch-up's replay will hold this event, in order.
+      held_back = true;
+    }
+    if (!held_back) {
+      ts.last_id.assign(id);
+      ts.last_at = ++_order;
+    }
+  }
+  if (!held_back) offer_all(f, topic);
+}
+
+pool::frame_ref redis_bus::frame_event(std::string_view topic, std::string_view id, std::string_view data) noexcept {
+  constexpr std::size_t room = proto::max_server_header_size;
+  const std::size_t bound = proto::event_size_bound(topic, id, data);
+  pool::lease l = _buffers.acquire(room + bound);
+  if (!l) return {};
+  const std::size_t n = proto::encode_event(topic, id, data, {reinterpret_cast<char*>(l.data()) + room, bound});
+  if (n == 0) return {};
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
+  pool::frame_ref f = pool::frame_ref::adopt(std::move(l));
+  if (_compression) _compression->attach(_buffers, f);
+  return f;
+}
+
+void redis_bus::offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept {
+  offer_at(frame, proto::event_topic_offset, topic.size());
+}
+
+/// Offers a frame to every shard as a message of the topic found `topic_offset` bytes into its
+/// payload (the event's topic must live as long as its frame: it points into the frame's bytes).
+void redis_bus::offer_at(const pool::frame_ref& frame, std::size_t topic_offset, std::size_t topic_size) noexcept {
+  auto b = frame.bytes();
+  const std::uint8_t len7 = b.size() >= 2 ? (b[1] & 0x7f) : 0;
+  const std::size_t header = len7 == 126 ? 4 : len7 == 127 ? 10 : 2;
+  std::string_view in_frame(reinterpret_cast<const char*>(b.data()) + header + topic_offset, topic_size);
+  for (std::uint32_t k = 0; k < _ports.size(); ++k) offer(k, pubsub::event{frame, in_frame, 0, pubsub::no_part, {}});
+}
+
+void redis_bus::offer(std::uint32_t shard, pubsub::event&& e) noexcept {
+  if (shard >= _ports.size()) return;
+  auto& b = _backlog[shard];
+  if (b.empty() && _ports[shard]->offer(std::move(e), false)) return;
+  if (b.size() >= max_backlog && !e.reply) {
+    _n.dropped.add();
+    return;
+  }
+  try {
+    b.push_back(std::move(e));
+  } catch (...) {
+    _n.dropped.add();
+  }
+}
+
+}  // namespace wspush::server::bus
