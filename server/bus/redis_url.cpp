@@ -74,4 +74,48 @@ redis_target parse_redis_url(std::string_view url) {
   return t;
 }
 
+bus_spec parse_bus_spec(std::string_view value) {
+  bus_spec spec;
+  constexpr std::string_view cluster = "redis-cluster://";
+  if (value.substr(0, cluster.size()) == cluster) {
+    spec.kind = bus_spec::cluster;
+    std::string_view rest = value.substr(cluster.size());
+    std::string auth;
+    if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+      auth = std::string(rest.substr(0, at + 1));
+      rest = rest.substr(at + 1);
+    }
+    if (rest.empty()) throw std::invalid_argument("--bus " + std::string(value) + ": name at least one seed node host:port");
+    for (std::size_t from = 0; from <= rest.size();) {
+      const auto comma = rest.find(',', from);
+      const std::string_view seed = rest.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from);
+      if (seed.empty())
+        throw std::invalid_argument("--bus " + std::string(value) + ": an empty seed in the list (a comma too many)");
+      if (seed.find('/') != std::string_view::npos)
+        throw std::invalid_argument("--bus " + std::string(value) + ": a cluster has no databases (no /db on a seed)");
+      spec.targets.push_back(parse_redis_url("redis://" + auth + std::string(seed)));
+      if (comma == std::string_view::npos) break;
+      from = comma + 1;
+    }
+  } else {
+    for (std::size_t from = 0; from <= value.size();) {
+      const auto comma = value.find(',', from);
+      const std::string_view url = value.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from);
+      if (url.empty() && !value.empty())
+        throw std::invalid_argument("--bus " + std::string(value) + ": an empty element in the list (a comma too many)");
+      spec.targets.push_back(parse_redis_url(url));
+      if (comma == std::string_view::npos) break;
+      from = comma + 1;
+    }
+    spec.kind = spec.targets.size() > 1 ? bus_spec::shards : bus_spec::single;
+  }
+  for (std::size_t a = 0; a < spec.targets.size(); ++a)
+    for (std::size_t b = a + 1; b < spec.targets.size(); ++b)
+      if (spec.targets[a].host == spec.targets[b].host && spec.targets[a].port == spec.targets[b].port &&
+          spec.targets[a].db == spec.targets[b].db)
+        throw std::invalid_argument("--bus " + std::string(value) + ": " + spec.targets[a].describe() +
+                                    " is named twice (each shard is its own Redis)");
+  return spec;
+}
+
 }  // namespace wspush::server::bus

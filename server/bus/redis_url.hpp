@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace wspush::server::bus {
 
@@ -18,5 +19,18 @@ struct redis_target {
 
 /// Parses a bus URL; throws std::invalid_argument with a message fit for the user.
 redis_target parse_redis_url(std::string_view url);
+
+/// What --bus names beyond the embedded bus (issue 21, not wired yet):
+///   redis://...                               one Redis
+///   redis://...,redis://...                   isolated shards, in this order (redis_route.hpp)
+///   redis-cluster://[:password@]host:port[,host:port...]   a Redis Cluster, by its seed nodes
+struct bus_spec {
+  enum kind_t : std::uint8_t { single, shards, cluster } kind = single;
+  std::vector<redis_target> targets;  // single: one; shards: each; cluster: the seeds (db 0)
+};
+
+/// Throws std::invalid_argument with a message fit for the user: a malformed URL, a shard
+/// named twice, a cluster seed with a database.
+bus_spec parse_bus_spec(std::string_view value);
 
 }  // namespace wspush::server::bus

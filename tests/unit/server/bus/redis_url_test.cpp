@@ -32,3 +32,32 @@ TEST_CASE("bus: bad redis URLs are refused with what was expected") {
     CHECK_THROWS_WITH(parse_redis_url(bad), Catch::Contains("redis://[:password@]host:port[/db]"));
   }
 }
+
+TEST_CASE("bus: a list of redis URLs is isolated shards, redis-cluster:// names seed nodes") {
+  bus_spec one = parse_bus_spec("redis://127.0.0.1:6379");
+  CHECK(one.kind == bus_spec::single);
+  CHECK(one.targets.size() == 1);
+  bus_spec three = parse_bus_spec("redis://a:6379,redis://:pw@b:6380/2,redis://a:6379/1");
+  CHECK(three.kind == bus_spec::shards);
+  REQUIRE(three.targets.size() == 3);
+  CHECK(three.targets[1].describe() == "redis://:***@b:6380/2");
+  CHECK(three.targets[2].db == 1);  // the same server, another database: another shard
+  bus_spec c = parse_bus_spec("redis-cluster://:pw@10.0.0.1:7000,10.0.0.2:7001,[::1]:7002");
+  CHECK(c.kind == bus_spec::cluster);
+  REQUIRE(c.targets.size() == 3);
+  for (const redis_target& t : c.targets) CHECK(t.password == "pw");
+  CHECK(c.targets[2].host == "::1");
+  CHECK(c.targets[2].port == 7002);
+}
+
+TEST_CASE("bus: bad bus lists are refused with why") {
+  CHECK_THROWS_WITH(parse_bus_spec("redis://a:1,redis://a:1/0"), Catch::Contains("named twice"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis://a:1,"), Catch::Contains("a comma too many"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis://a:1,,redis://b:1"), Catch::Contains("a comma too many"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-cluster://a:7000,"), Catch::Contains("a comma too many"));
+  CHECK_THROWS_WITH(parse_bus_spec(""), Catch::Contains("the scheme must be redis://"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis://a:1,http://b:2"), Catch::Contains("the scheme must be redis://"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-cluster://"), Catch::Contains("at least one seed"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-cluster://a:7000/1"), Catch::Contains("no databases"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-cluster://a:7000,a:7000"), Catch::Contains("named twice"));
+}
