@@ -1,5 +1,7 @@
 #include "server/bus/redis_route.hpp"
 
+#include <array>
+
 namespace wspush::server::bus {
 
 std::uint16_t crc16(std::string_view bytes) noexcept {
@@ -18,6 +20,37 @@ std::uint32_t key_slot(std::string_view key) noexcept {
     if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
   }
   return crc16(key) % cluster_slots;
+}
+
+namespace {
+
+struct tag_table {
+  std::array<std::array<char, 4>, cluster_slots> text{};
+  std::array<std::uint8_t, cluster_slots> len{};
+  tag_table() noexcept {
+    std::uint32_t found = 0;
+    constexpr char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    for (std::uint32_t n = 0; found < cluster_slots; ++n) {  // 87,573 words reach every slot
+      char word[8];
+      std::size_t k = sizeof word;
+      std::uint32_t v = n;
+      do word[--k] = digits[v % 36], v /= 36; while (v != 0);
+      const std::string_view w(word + k, sizeof word - k);
+      const std::uint32_t slot = crc16(w) % cluster_slots;
+      if (len[slot] != 0) continue;
+      for (std::size_t i = 0; i < w.size(); ++i) text[slot][i] = w[i];
+      len[slot] = std::uint8_t(w.size());
+      ++found;
+    }
+  }
+};
+
+}  // namespace
+
+std::string_view slot_tag(std::uint32_t slot) noexcept {
+  static const tag_table table;  // 80 KB, built once (about 1 ms)
+  slot %= cluster_slots;
+  return {table.text[slot].data(), table.len[slot]};
 }
 
 std::uint32_t jump_consistent_hash(std::uint64_t key, std::uint32_t buckets) noexcept {

@@ -29,6 +29,13 @@ inline std::uint32_t topic_slot(std::string_view topic) noexcept { return crc16(
 /// Jump consistent hash: a bucket in [0, buckets) for `key`; buckets >= 1.
 std::uint32_t jump_consistent_hash(std::uint64_t key, std::uint32_t buckets) noexcept;
 
+/// The shortest lowercase base-36 word whose CRC16 falls in `slot` (the first in the order 0,
+/// 1, ..., z, 10, 11, ...; at most 4 letters): a hash tag that puts keys in that slot. A topic's
+/// keys are named with its slot's tag, `wspush:{<tag>}:...`, so that they share one slot
+/// whatever bytes the topic holds (a topic may contain `{` and `}`), and a slot's keys (its
+/// topics, its epoch) move together when Redis Cluster migrates it. slot < 16384.
+std::string_view slot_tag(std::uint32_t slot) noexcept;
+
 /// The isolated shard (0-based, in --bus order) that holds `topic`.
 inline std::uint32_t shard_of(std::string_view topic, std::uint32_t shards) noexcept {
   return jump_consistent_hash(topic_slot(topic), shards);

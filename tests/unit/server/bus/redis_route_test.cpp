@@ -68,3 +68,18 @@ TEST_CASE("route: a shard added at the end takes slots from the others and moves
     for (std::uint32_t k = 0; k <= n; ++k) CHECK(per[k] > cluster_slots / (n + 1) * 8 / 10);
   }
 }
+
+TEST_CASE("route: every slot has a short tag that hashes to it", "[route]") {
+  // What a real redis-server answered to CLUSTER KEYSLOT for keys named with these tags.
+  CHECK(slot_tag(0) == "1bz");
+  CHECK(slot_tag(1) == "emj");
+  CHECK(slot_tag(5893) == "b8u");   // mailbox:42's slot: wspush:{b8u}:epoch is in 5893
+  CHECK(slot_tag(11632) == "dkm");  // mailbox:7's: wspush:{dkm}:topic:mailbox:7 is in 11632
+  CHECK(slot_tag(16383) == "hia");
+  for (std::uint32_t slot = 0; slot < cluster_slots; ++slot) {
+    const std::string_view tag = slot_tag(slot);
+    REQUIRE(!tag.empty());
+    REQUIRE(tag.size() <= 4);
+    REQUIRE(key_slot("wspush:{" + std::string(tag) + "}:topic:x{y}z") == slot);
+  }
+}
