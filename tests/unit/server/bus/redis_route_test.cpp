@@ -76,6 +76,8 @@ TEST_CASE("route: every slot has a short tag that hashes to it", "[route]") {
   CHECK(slot_tag(5893) == "b8u");   // mailbox:42's slot: wspush:{b8u}:epoch is in 5893
   CHECK(slot_tag(11632) == "dkm");  // mailbox:7's: wspush:{dkm}:topic:mailbox:7 is in 11632
   CHECK(slot_tag(16383) == "hia");
+  CHECK(slot_tag(9314) == "mq3");   // user/7/inbox's, as docs/REDIS.md gives it
+  CHECK(slot_tag(12685) == "bc");   // room.lobby's
   for (std::uint32_t slot = 0; slot < cluster_slots; ++slot) {
     const std::string_view tag = slot_tag(slot);
     REQUIRE(!tag.empty());
