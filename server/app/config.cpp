@@ -147,7 +147,10 @@ const std::vector<option>& options() {
       {"jwt-secret-file", "FILE", "read the HS256 secret from FILE (one trailing newline is ignored)",
        [](const config&) { return std::string("(unset)"); },
        [](config& c, std::string_view v) { c.jwt_secret = read_secret_file(std::string(v)); }},
-      {"bus", "URL", "embedded (this process alone), or redis://[:password@]host:port[/db]: nodes share publishes and history through Redis 7",
+      {"bus", "URL",
+       "embedded (this process alone), or redis://[:password@]host:port[/db]: nodes share publishes and history "
+       "through Redis 7; several redis:// URLs, comma-separated, are isolated shards: each topic lives on one "
+       "(docs/REDIS.md says which), in the order given",
        [](const config& c) { return c.bus.empty() ? std::string("embedded") : c.bus; },
        [](config& c, std::string_view v) {
          if (v == "embedded") {
@@ -155,7 +158,9 @@ const std::vector<option>& options() {
            return;
          }
          try {
-           bus::parse_redis_url(v);
+           if (bus::parse_bus_spec(v).kind == bus::bus_spec::cluster)
+             throw config_error("--bus " + std::string(v) + ": Redis Cluster is not supported yet; name its masters "
+                                "as isolated shards, or one Redis");
          } catch (const std::invalid_argument& e) {
            throw config_error(e.what());
          }

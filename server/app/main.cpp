@@ -177,14 +177,17 @@ std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush:
 std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspush::pool::buffer_pool& buffers) {
   if (cfg.bus.empty()) return nullptr;
   wspush::server::bus::redis_bus_options o;
-  o.target = wspush::server::bus::parse_redis_url(cfg.bus);  // checked by parse_config
+  o.targets = wspush::server::bus::parse_bus_spec(cfg.bus).targets;  // checked by parse_config
   o.history_size = cfg.history_size;
   o.history_ttl = cfg.history_ttl;
   // The largest event data either way in: an admin body, a client's message (each holds it).
   o.max_event_bytes = std::max<std::size_t>(cfg.max_body_bytes, cfg.conn.max_message_bytes);
   o.redis_timeout = cfg.redis_timeout;
-  log(log_level::info, "bus: Redis at %s; history in its streams: %u events per topic, %gs; events up to %zu bytes",
-      o.target.describe().c_str(), cfg.history_size, cfg.history_ttl, o.max_event_bytes);
+  std::string where;
+  for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
+  log(log_level::info, "bus: Redis at %s%s; history in its streams: %u events per topic, %gs; events up to %zu bytes",
+      where.c_str(), o.targets.size() > 1 ? " (isolated shards: each topic on one)" : "", cfg.history_size,
+      cfg.history_ttl, o.max_event_bytes);
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
 }
 

@@ -37,9 +37,11 @@ resp::limits reply_limits(const redis_bus_options& o) noexcept {
 
 redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
     : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}),
-      _sub(_loop, key_sub, *this, {true, reply_limits(_o), &_n.protocol_errors}),
-      _cmd(_loop, key_cmd, *this, {false, reply_limits(_o), &_n.protocol_errors}),
-      _node_channel(std::string(node_prefix) + random_node_id()) {}
+      _node_channel(std::string(node_prefix) + random_node_id()) {
+  const resp::limits limits = reply_limits(_o);
+  for (std::uint32_t k = 0; k < _o.targets.size(); ++k)
+    _instances.push_back(std::make_unique<instance>(*this, k, _o.targets[k], limits, &_n.protocol_errors));
+}
 
 redis_bus::~redis_bus() { stop(); }
 
@@ -60,12 +62,40 @@ void redis_bus::stop() {
   if (!_running.exchange(false)) return;
   _loop.request_drain();
   if (_thread.joinable()) _thread.join();
-  _up = false;
+  for (auto& in : _instances) in->up = false;
 }
 
+bool redis_bus::up() const noexcept {
+  for (const auto& in : _instances)
+    if (!in->up.load(std::memory_order_acquire)) return false;
+  return !_instances.empty();
+}
+
+bool redis_bus::any_up() const noexcept {
+  for (const auto& in : _instances)
+    if (in->up.load(std::memory_order_acquire)) return true;
+  return false;
+}
+
+bool redis_bus::up_at(std::size_t k) const noexcept {
+  return k < _instances.size() && _instances[k]->up.load(std::memory_order_acquire);
+}
+
+bool redis_bus::up_for(std::string_view topic) const noexcept {
+  return up_at(_instances.size() == 1 ? 0 : shard_of(topic, std::uint32_t(_instances.size())));
+}
+
+redis_bus::instance& redis_bus::home(std::string_view topic) noexcept {
+  return *_instances[_instances.size() == 1 ? 0 : shard_of(topic, std::uint32_t(_instances.size()))];
+}
+
+redis_bus::instance& redis_bus::of_link(const redis_link& l) noexcept { return *_instances[(l.key() - 1) / 2]; }
+
 std::uint64_t redis_bus::on_drain_begin() noexcept {
-  _sub.disconnect();
-  _cmd.disconnect();
+  for (auto& in : _instances) {
+    in->sub.disconnect();
+    in->cmd.disconnect();
+  }
   flush_settled();  // the publishes the links took with them: no turn follows
   return 0;
 }
@@ -131,7 +161,7 @@ bool redis_bus::readable_since(std::string_view id) const noexcept {
 /// max_pub_bytes (past it, refused at once), and per connection by the session (it stops
 /// reading a connection with max_pubs_in_flight unanswered).
 bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept {
-  if (!up()) return false;
+  if (!up_for(topic)) return false;
   const std::size_t bytes = topic.size() + data.size();
   if (_pub_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > _o.max_pub_bytes) {
     _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
@@ -184,7 +214,7 @@ std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view 
   }
   w->ticket = ticket;
   if (notify) w->notify = this;
-  if (!up()) {
+  if (!up_for(topic)) {
     w->finish(bus_publish::unavailable, "the bus is down");
     return ticket;
   }
@@ -221,8 +251,10 @@ bus_publish redis_bus::publish_wait(std::string_view topic, std::string_view dat
 
 void redis_bus::on_turn() noexcept {
   take_requests();
-  send_batches();
-  pump_pages();
+  for (auto& in : _instances) {
+    send_batches(*in);
+    pump_pages(*in);
+  }
   for (std::uint32_t k = 0; k < _pubs_done.size(); ++k) {
     if (_pubs_done[k].empty()) continue;
     auto r = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
@@ -245,26 +277,29 @@ void redis_bus::on_turn() noexcept {
 
 void redis_bus::on_tick(std::uint32_t tick) noexcept {
   _tick = tick;
-  if (!_up.load(std::memory_order_relaxed) && _sub.idle() && _cmd.idle() && tick >= _retry_at) connect_links();
+  for (auto& p : _instances) {
+    instance& in = *p;
+    const bool up = in.up.load(std::memory_order_relaxed);
+    if (!up && in.sub.idle() && in.cmd.idle() && std::int32_t(tick - in.retry_at) >= 0) connect_links(in);
+    if (up && !in.mark_in_flight && (std::int32_t(tick - in.next_mark_tick) >= 0 || !in.unfloored.empty()))
+      send_mark(in);
+  }
   expire_held();
-  if (_up.load(std::memory_order_relaxed) && !_mark_in_flight &&
-      (std::int32_t(tick - _next_mark_tick) >= 0 || !_unfloored.empty()))
-    send_mark();
   watch_stall();
 }
 
-void redis_bus::send_mark() noexcept {
+void redis_bus::send_mark(instance& in) noexcept {
   auto* o = new (std::nothrow) op{op::mark};
-  if (!o || !command({"FCALL", "wspush_mark", "0", _node_channel}, o)) return;
-  _mark_in_flight = true;
-  _next_mark_tick = _tick + mark_every_ticks;
+  if (!o || !command(in, {"FCALL", "wspush_mark", "0", _node_channel}, o)) return;
+  in.mark_in_flight = true;
+  in.next_mark_tick = _tick + mark_every_ticks;
 }
 
 /// "mark <epoch> <ms>" on this node's channel: every publish made before <ms> on a topic that
 /// was subscribed before it has arrived. The topics confirmed since the last one now have it
 /// as their floor.
-void redis_bus::mark_arrived(std::string_view payload) noexcept {
-  _mark_in_flight = false;
+void redis_bus::mark_arrived(instance& in, std::string_view payload) noexcept {
+  in.mark_in_flight = false;
   const auto space = payload.find(' ', 5);
   std::uint64_t ms = 0;
   if (space == std::string_view::npos || !parse_number(payload.substr(space + 1), ms) || ms == 0) {
@@ -272,27 +307,27 @@ void redis_bus::mark_arrived(std::string_view payload) noexcept {
     return;
   }
   _n.marks.add();
-  _mark_epoch.assign(payload.substr(5, space - 5));
-  _mark_ms = ms;
-  _mark_at = ++_order;
-  _mark_current = true;
+  in.mark_epoch.assign(payload.substr(5, space - 5));
+  in.mark_ms = ms;
+  in.mark_at = ++_order;
+  in.mark_current = true;
   // A topic still owed a catch-up has not had every event before this mark: it waits for the
   // next mark after its catch-up.
   std::size_t kept = 0;
-  for (std::string& t : _unfloored) {
+  for (std::string& t : in.unfloored) {
     auto it = _topics.find(t);
     if (it == _topics.end()) continue;
     topic_state& ts = it->second;
     if (ts.state != topic_state::active) {
       ts.listed = false;
     } else if (ts.catchup || ts.needs_catchup) {
-      _unfloored[kept++].swap(t);
+      in.unfloored[kept++].swap(t);
     } else {
       ts.floored = true;
       ts.listed = false;
     }
   }
-  _unfloored.resize(kept);
+  in.unfloored.resize(kept);
 }
 
 /// Each tick: an idle link is pinged every second, and a command unanswered for longer than
@@ -301,22 +336,29 @@ void redis_bus::mark_arrived(std::string_view payload) noexcept {
 void redis_bus::watch_stall() noexcept {
   constexpr std::uint64_t ping_after_ns = 1'000'000'000;
   const std::uint64_t now = monotonic_ns();
-  _sub.keepalive(now, ping_after_ns);
-  _cmd.keepalive(now, ping_after_ns);
-  const std::uint64_t waited = std::max(_sub.waiting_ns(now), _cmd.waiting_ns(now));
-  const bool stalled = double(waited) > _o.redis_timeout * 1e9;
-  if (stalled == _stalled.load(std::memory_order_relaxed)) return;
-  _stalled.store(stalled, std::memory_order_release);
-  if (stalled)
-    log(log_level::warn, "bus: %s has not answered a command for %.1fs (--redis-timeout %gs): stalled",
-        _o.target.describe().c_str(), double(waited) / 1e9, _o.redis_timeout);
-  else
-    log(log_level::info, "bus: %s is no longer stalled (answered, or the link dropped)", _o.target.describe().c_str());
+  bool any = false;
+  for (auto& p : _instances) {
+    instance& in = *p;
+    in.sub.keepalive(now, ping_after_ns);
+    in.cmd.keepalive(now, ping_after_ns);
+    const std::uint64_t waited = std::max(in.sub.waiting_ns(now), in.cmd.waiting_ns(now));
+    const bool stalled = double(waited) > _o.redis_timeout * 1e9;
+    any |= stalled;
+    if (stalled == in.stalled) continue;
+    in.stalled = stalled;
+    if (stalled)
+      log(log_level::warn, "bus: %s has not answered a command for %.1fs (--redis-timeout %gs): stalled",
+          in.target.describe().c_str(), double(waited) / 1e9, _o.redis_timeout);
+    else
+      log(log_level::info, "bus: %s is no longer stalled (answered, or the link dropped)", in.target.describe().c_str());
+  }
+  _stalled.store(any, std::memory_order_release);
 }
 
 void redis_bus::on_ready(std::uint64_t key, bool r, bool w) noexcept {
-  if (key == key_sub) _sub.on_ready(r, w);
-  else if (key == key_cmd) _cmd.on_ready(r, w);
+  if (key == 0 || (key - 1) / 2 >= _instances.size()) return;
+  instance& in = *_instances[(key - 1) / 2];
+  (key % 2 ? in.sub : in.cmd).on_ready(r, w);
 }
 
 void redis_bus::take_requests() noexcept {
@@ -350,12 +392,12 @@ void redis_bus::handle(request& r) noexcept {
   }
 }
 
-bool redis_bus::command(std::initializer_list<std::string_view> args, op* o) noexcept {
-  return command(std::span<const std::string_view>(args.begin(), args.size()), o);
+bool redis_bus::command(instance& in, std::initializer_list<std::string_view> args, op* o) noexcept {
+  return command(in, std::span<const std::string_view>(args.begin(), args.size()), o);
 }
 
 /// Sends a command on the command link; `o` is answered by on_reply, or deleted if it was not sent.
-bool redis_bus::command(std::span<const std::string_view> args, op* o) noexcept {
+bool redis_bus::command(instance& in, std::span<const std::string_view> args, op* o) noexcept {
   try {
     _argp.resize(args.size());
     _argl.resize(args.size());
@@ -368,72 +410,79 @@ bool redis_bus::command(std::span<const std::string_view> args, op* o) noexcept 
     _argl[k] = args[k].size();
   }
   o->bus = this;
-  if (_cmd.command(int(args.size()), _argp.data(), _argl.data(), reply_cb, o)) return true;
+  o->in = &in;
+  if (in.cmd.command(int(args.size()), _argp.data(), _argl.data(), reply_cb, o)) return true;
   delete o;
   return false;
 }
 
 // ---- connecting -----------------------------------------------------------------------------
 
-void redis_bus::connect_links() noexcept {
+void redis_bus::connect_links(instance& in) noexcept {
   std::string why;
-  _cmd_ready = _sub_ready = false;
-  _refusal.clear();
-  if (!_cmd.connect(_o.target.host, _o.target.port, why) || !_sub.connect(_o.target.host, _o.target.port, why)) {
-    went_down(why);
-  }
+  in.cmd_ready = in.sub_ready = false;
+  in.refusal.clear();
+  if (!in.cmd.connect(in.target.host, in.target.port, why) || !in.sub.connect(in.target.host, in.target.port, why))
+    went_down(in, why);
 }
 
 void redis_bus::on_link_up(redis_link& l) noexcept {
-  if (&l == &_cmd) setup_command_link();
-  else setup_subscriber_link();
+  instance& in = of_link(l);
+  if (&l == &in.cmd) setup_command_link(in);
+  else setup_subscriber_link(in);
 }
 
-/// Both connections are set up: the bus is up; topics resubscribed after an outage catch up.
-void redis_bus::ready_check() noexcept {
-  if (!_cmd_ready || !_sub_ready || _up.load(std::memory_order_relaxed)) return;
-  _up = true;
-  _backoff_ticks = 0;
+void redis_bus::on_push(redis_link& l, const resp::reply& r) noexcept { on_sub_message(of_link(l), &r); }
+
+/// Both links to a Redis are set up: the bus is up on it; its topics resubscribed after an
+/// outage catch up, and the subs that waited for it go on.
+void redis_bus::ready_check(instance& in) noexcept {
+  if (!in.cmd_ready || !in.sub_ready || in.up.load(std::memory_order_relaxed)) return;
+  in.up = true;
+  in.backoff_ticks = 0;
   std::size_t held = 0;
   for (auto& [t, ts] : _topics) {
+    if (ts.home != in.index) continue;
     held += ts.holders > 0;
     if (ts.state == topic_state::active && ts.needs_catchup) start_catchup(t);
   }
-  unpark_all();
-  if (_ever_up) _n.reconnects.add();
-  log(log_level::info, "bus: %s to %s (%zu topics subscribed)", _ever_up ? "reconnected" : "connected",
-      _o.target.describe().c_str(), held);
-  _ever_up = true;
+  unpark_ready();
+  if (in.ever_up) _n.reconnects.add();
+  log(log_level::info, "bus: %s to %s (%zu topics subscribed)", in.ever_up ? "reconnected" : "connected",
+      in.target.describe().c_str(), held);
+  in.ever_up = true;
 }
 
-/// The last mark heard as a place in every stream: the end of the millisecond before it (that
-/// millisecond may hold events published before the mark: they arrived, and a topic's last
-/// event covers them). A moment, not an event: its seq is the largest, which no stream issues
-/// (is_moment), and wspush_replay reads it in mark mode. Empty before the first mark.
-std::string redis_bus::mark_moment() const {
-  if (_mark_epoch.empty()) return {};
-  return _mark_epoch + ':' + std::to_string(_mark_ms - 1) + "-18446744073709551615";
+/// The last mark heard from a Redis as a place in each of its streams: the end of the
+/// millisecond before it (that millisecond may hold events published before the mark: they
+/// arrived, and a topic's last event covers them). A moment, not an event: its seq is the
+/// largest, which no stream issues (is_moment), and wspush_replay reads it in mark mode. Empty
+/// before the first mark.
+std::string redis_bus::mark_moment(const instance& in) const {
+  if (in.mark_epoch.empty()) return {};
+  return in.mark_epoch + ':' + std::to_string(in.mark_ms - 1) + "-18446744073709551615";
 }
 
 /// `subbed`'s positions: each topic new to the connection is at the last mark heard on the
-/// current links (mark_moment): every event published after it reaches the connection, live or
-/// kept aside until it joins, or a resume from the position replays it; such a resume may bring
-/// what came between the mark and the sub, which the client never had either. None before that
-/// mark (one from before an outage could be of an older epoch, or ahead of a Redis whose clock
-/// is behind).
+/// current links of its Redis (mark_moment): every event published after it reaches the
+/// connection, live or kept aside until it joins, or a resume from the position replays it;
+/// such a resume may bring what came between the mark and the sub, which the client never had
+/// either. None before that mark (one from before an outage could be of an older epoch, or
+/// ahead of a Redis whose clock is behind).
 void redis_bus::add_positions(const pending& p, pubsub::bus_reply& r) {
-  if (!_mark_current) return;
-  const std::string at = mark_moment();
-  if (at.empty()) return;
-  r.at.resize(p.parts.size());
-  for (std::size_t k = 0; k < p.parts.size(); ++k)
-    if (p.parts[k].joins) r.at[k] = at;
+  for (std::size_t k = 0; k < p.parts.size(); ++k) {
+    const instance& in = *_instances[p.parts[k].home];
+    if (!p.parts[k].joins || !in.mark_current || in.mark_epoch.empty()) continue;
+    r.at.resize(p.parts.size());
+    r.at[k] = mark_moment(in);
+  }
 }
 
-/// Where a topic's catch-up starts, fixed when an outage begins: the later of the last mark
-/// (when the topic was subscribed before it) and its last event. With neither, the node cannot
-/// know.
+/// Where a topic's catch-up starts, fixed when an outage of its Redis begins: the later of
+/// that Redis's last mark (when the topic was subscribed before it) and its last event. With
+/// neither, the node cannot know.
 void redis_bus::note_catchup_start(topic_state& ts) noexcept {
+  const instance& in = *_instances[ts.home];
   std::string best;
   std::uint64_t best_at = 0;
   auto consider = [&](const std::string& id, std::uint64_t at) {
@@ -441,7 +490,7 @@ void redis_bus::note_catchup_start(topic_state& ts) noexcept {
     if (best.empty() || (same_epoch(id, best) ? key_of(id) > key_of(best) : at > best_at)) best = id, best_at = at;
   };
   try {
-    if (ts.floored && !_mark_epoch.empty()) consider(mark_moment(), _mark_at);
+    if (ts.floored && !in.mark_epoch.empty()) consider(mark_moment(in), in.mark_at);
     consider(ts.last_id, ts.last_at);
     if (ts.catchup_known) consider(ts.catchup_since, ts.catchup_at);
   } catch (...) {
@@ -468,6 +517,7 @@ void redis_bus::start_catchup(const std::string& topic) noexcept {
   c.pid = pid;
   c.mark_mode = mark_mode;
   c.parts.resize(1);
+  c.parts[0].home = ts.home;
   c.parts[0].topic = topic;
   c.parts[0].since = std::move(since);
   ts.catchup = pid;
@@ -501,71 +551,80 @@ pool::frame_ref redis_bus::lost_frame(std::string_view topic) noexcept {
 }
 
 /// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
-void redis_bus::setup_command_link() noexcept {
-  if (!_o.target.password.empty()) command({"AUTH", _o.target.password}, new op{op::setup});
-  const std::string db = std::to_string(_o.target.db);
-  if (_o.target.db != 0) command({"SELECT", db}, new op{op::setup});
-  command({"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
+void redis_bus::setup_command_link(instance& in) noexcept {
+  const redis_target& t = in.target;
+  if (!t.password.empty()) command(in, {"AUTH", t.password}, new op{op::setup});
+  const std::string db = std::to_string(t.db);
+  if (t.db != 0) command(in, {"SELECT", db}, new op{op::setup});
+  command(in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
   const std::string maxlen = std::to_string(_o.history_size);
   const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
   const std::string max_bytes = std::to_string(_o.max_event_bytes);
-  command({"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
-  command({"FCALL", "wspush_epoch", "0"}, new op{op::epoch});
-  if (!_told_node_bytes) command({"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
+  command(in, {"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
+  command(in, {"FCALL", "wspush_epoch", "0"}, new op{op::epoch});
+  if (!_told_node_bytes) command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
 }
 
-/// AUTH, then this node's channel and every topic a shard holds, in batches.
-void redis_bus::setup_subscriber_link() noexcept {
-  if (!_o.target.password.empty()) {
-    const char* argv[] = {"AUTH", _o.target.password.c_str()};
-    std::size_t lens[] = {4, _o.target.password.size()};
-    _sub.command(2, argv, lens, nullptr, nullptr);
+/// AUTH, then this node's channel and every topic a shard holds on this Redis, in batches.
+void redis_bus::setup_subscriber_link(instance& in) noexcept {
+  const redis_target& t = in.target;
+  if (!t.password.empty()) {
+    const char* argv[] = {"AUTH", t.password.c_str()};
+    std::size_t lens[] = {4, t.password.size()};
+    in.sub.command(2, argv, lens, nullptr, nullptr);
   }
   const char* argv[] = {"SUBSCRIBE", _node_channel.c_str()};
   std::size_t lens[] = {9, _node_channel.size()};
-  _sub.command(2, argv, lens, nullptr, nullptr);  // answered by pushes: on_push
+  in.sub.command(2, argv, lens, nullptr, nullptr);  // answered by pushes: on_push
   for (auto& [topic, ts] : _topics) {
-    if (ts.holders == 0) continue;
+    if (ts.holders == 0 || ts.home != in.index) continue;
     ts.state = topic_state::subscribing;
-    _to_subscribe.push_back(topic);
+    in.to_subscribe.push_back(topic);
   }
-  send_batches();
+  send_batches(in);
 }
 
 /// Redis answered a set-up command with an error (LOADING while it reads its append-only file,
 /// NOPERM from an ACL, a function it cannot load) and keeps the connection open: without the
-/// set-up the bus cannot be up, so the connection is closed and tried again after the backoff,
-/// or the node would wait on it forever.
-void redis_bus::setup_refused(std::string_view error) noexcept {
-  if (!_refusal.empty()) return;  // the first refusal closes it; the others say the same
-  _refusal = "Redis refused the set-up: " + std::string(error);
-  log_ratelimited(log_level::error, "bus: %s; trying again", _refusal.c_str());
-  _cmd.disconnect();  // from its own callback: the link closes once the pending replies are in
+/// set-up the bus cannot be up on it, so the connection is closed and tried again after the
+/// backoff, or the node would wait on it forever.
+void redis_bus::setup_refused(instance& in, std::string_view error) noexcept {
+  if (!in.refusal.empty()) return;  // the first refusal closes it; the others say the same
+  in.refusal = "Redis refused the set-up: " + std::string(error);
+  log_ratelimited(log_level::error, "bus: %s (%s); trying again", in.refusal.c_str(), in.target.describe().c_str());
+  in.cmd.disconnect();  // from its own callback: the link closes once the pending replies are in
 }
 
 void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {
-  went_down(_refusal.empty() ? why : _refusal, &l);
+  instance& in = of_link(l);
+  went_down(in, in.refusal.empty() ? why : in.refusal, &l);
 }
 
-/// A connection failed (`gone`: the link whose callback this is, already ending): the other
-/// one is dropped too, every sub under way fails, and a reconnect is scheduled.
-void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
-  const bool was_up = _up.exchange(false);
-  _cmd_ready = _sub_ready = false;
+/// A connection to a Redis failed (`gone`: the link whose callback this is, already ending):
+/// its other one is dropped too, every sub under way on it waits for it, and a reconnect is
+/// scheduled. The other Redis of the bus go on.
+void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone) noexcept {
+  const bool was_up = in.up.exchange(false);
+  in.cmd_ready = in.sub_ready = false;
+  const std::string where = in.target.describe();
   if (!_running) {
     // stop(): the links were closed on purpose; nothing is lost and nothing reconnects.
-    if (was_up) log(log_level::info, "bus: disconnected from %s", _o.target.describe().c_str());
-  } else if (was_up || !_ever_up) {
-    if (was_up) log(log_level::error, "bus: lost %s (%s); reconnecting", _o.target.describe().c_str(), why.c_str());
-    else log_ratelimited(log_level::warn, "bus: cannot reach %s (%s); retrying", _o.target.describe().c_str(), why.c_str());
+    if (was_up) log(log_level::info, "bus: disconnected from %s", where.c_str());
+  } else if (was_up || !in.ever_up) {
+    if (was_up) log(log_level::error, "bus: lost %s (%s); reconnecting", where.c_str(), why.c_str());
+    else log_ratelimited(log_level::warn, "bus: cannot reach %s (%s); retrying", where.c_str(), why.c_str());
   }
-  if (gone != &_sub) _sub.abort();
-  if (gone != &_cmd) _cmd.abort();
-  // Subs under way wait for Redis to come back, from the start; held topics are subscribed
-  // again on the next connection. Catch-ups under way are done again then, from where they
-  // started (the topic keeps it; the live events they held back were not handed on).
+  if (gone != &in.sub) in.sub.abort();
+  if (gone != &in.cmd) in.cmd.abort();
+  // Subs under way with a topic on this Redis wait for it to come back, from the start; held
+  // topics are subscribed again on the next connection. Catch-ups under way on it are done
+  // again then, from where they started (the topic keeps it; the live events they held back
+  // were not handed on).
   std::vector<std::uint64_t> catchups, subs, paced;
   for (auto& [pid, p] : _pending) {
+    bool here = false;
+    for (const auto& part : p.parts) here |= part.home == in.index;
+    if (!here) continue;
     if (p.kind == pending::catchup) {
       catchups.push_back(pid);
       continue;
@@ -575,7 +634,8 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
       paced.push_back(pid);
       continue;
     }
-    p.unconfirmed = p.replies_left = 0;
+    unhook(p);  // its places on the other Redis's topics go too: it enlists again from the start
+    p.unconfirmed = p.replies_left = p.markers_left = 0;
     p.marker_seen = p.marker_sent = false;
     for (auto& part : p.parts) {
       part.cursor.clear();
@@ -590,14 +650,18 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
   for (std::uint64_t pid : catchups) forget(_pending.find(pid));
   for (std::uint64_t pid : paced) drop_pending(pid);
   for (std::uint64_t pid : subs) park(pid);
-  _mark_in_flight = false;
-  _mark_current = false;  // positions wait for a mark heard on the next links
-  _page_queue.clear();  // the pages of the subs held and the catch-ups redone are asked again
-  _pages_in_flight = 0;
-  ++_link_gen;          // the answers still due from the old links count for nothing
-  _unfloored.clear();
+  in.mark_in_flight = false;
+  in.mark_current = false;  // positions wait for a mark heard on the next links
+  in.page_queue.clear();    // the pages of the subs held and the catch-ups redone are asked again
+  in.pages_in_flight = 0;
+  ++in.link_gen;            // the answers still due from the old links count for nothing
+  in.unfloored.clear();
   for (auto it = _topics.begin(); it != _topics.end();) {
     topic_state& ts = it->second;
+    if (ts.home != in.index) {
+      ++it;
+      continue;
+    }
     const bool owed = ts.needs_catchup || ts.catchup;  // an earlier outage's, not done yet
     if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) {
       _n.topics.sub();
@@ -614,12 +678,12 @@ void redis_bus::went_down(const std::string& why, redis_link* gone) noexcept {
     if (ts.holders == 0) it = _topics.erase(it);
     else ++it;
   }
-  _to_subscribe.clear();
-  _to_unsubscribe.clear();
-  _awaiting = 0;
-  _backoff_ticks = std::clamp(_backoff_ticks * 2, min_backoff_ticks, max_backoff_ticks);
+  in.to_subscribe.clear();
+  in.to_unsubscribe.clear();
+  in.awaiting = 0;
+  in.backoff_ticks = std::clamp(in.backoff_ticks * 2, min_backoff_ticks, max_backoff_ticks);
   static thread_local std::minstd_rand jitter(std::random_device{}());
-  _retry_at = _tick + _backoff_ticks / 2 + jitter() % (_backoff_ticks / 2 + 1);
+  in.retry_at = _tick + in.backoff_ticks / 2 + jitter() % (in.backoff_ticks / 2 + 1);
 }
 
 }  // namespace wspush::server::bus

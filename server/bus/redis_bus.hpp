@@ -1,7 +1,13 @@
 #pragma once
 // The Redis bus (--bus=redis://...): how nodes share publishes and history. One thread runs
-// a wspush loop (epoll) with two connections on it (redis_link): one subscribed (pub/sub mode),
-// one for commands. No other thread talks to Redis, and no shard ever waits for it.
+// a wspush loop (epoll) with two connections to each Redis on it (redis_link): one subscribed
+// (pub/sub mode), one for commands. No other thread talks to Redis, and no shard ever waits
+// for it.
+//
+// The bus may span several Redis (--bus=redis://a,redis://b,...: isolated shards). Each topic
+// lives on exactly one of them (redis_route.hpp: shard_of), with its stream, its channel and
+// that Redis's epoch; everything below happens on the topic's Redis, and a Redis that is away
+// holds up only its own topics. One Redis is the case of one shard.
 //
 //   publish (any node's admin API, a client's pub, or a backend straight into Redis):
 //     FCALL wspush_publish: XADD to the topic's stream (id assigned by Redis, trimmed by count
@@ -72,7 +78,7 @@
 namespace wspush::server::bus {
 
 struct redis_bus_options {
-  redis_target target;
+  std::vector<redis_target> targets;  ///< each Redis (isolated shards, in --bus order): at least one
   std::uint32_t history_size = 100;  ///< --history-size: MAXLEN of each topic's stream
   double history_ttl = 300;          ///< --history-ttl: entries older than this are trimmed
   /// The largest event data: written into Redis (wspush_publish refuses more), and what
@@ -125,8 +131,13 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void stop();
 
   // bus_port
-  bool up() const noexcept override { return _up.load(std::memory_order_acquire); }
-  /// Any thread: a command has waited longer than redis_timeout for Redis's answer (updated
+  /// Every Redis of the bus is connected and ready.
+  bool up() const noexcept override;
+  /// Any thread: at least one Redis is up (the node can serve some topics).
+  bool any_up() const noexcept;
+  /// Any thread: the Redis that holds `topic` is up.
+  bool up_for(std::string_view topic) const noexcept;
+  /// Any thread: a command has waited longer than redis_timeout for a Redis's answer (updated
   /// every tick by the bus thread).
   bool stalled() const noexcept { return _stalled.load(std::memory_order_acquire); }
   bool subscribe(std::unique_ptr<pubsub::bus_sub> s) noexcept override;
@@ -161,19 +172,22 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bus_publish publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout);
 
   const redis_bus_counters& counters() const noexcept { return _n; }
-  const redis_target& target() const noexcept { return _o.target; }
+  /// How many Redis the bus spans, each one's address, and whether it is up (any thread).
+  std::size_t redis_count() const noexcept { return _instances.size(); }
+  const redis_target& target(std::size_t k) const noexcept { return _o.targets[k]; }
+  bool up_at(std::size_t k) const noexcept;
 
   // Internal (the links' callbacks).
   struct op;
   struct batched_pub;
   void on_reply(op* o, const resp::reply* r) noexcept;
-  void on_sub_message(const resp::reply* r) noexcept;
 
  private:
   struct waiter;
   struct request;
   struct topic_state;
   struct pending;
+  struct instance;  // one Redis: its links and their state (redis_bus_parts.hpp)
 
   void notify_settled(std::uint64_t ticket) noexcept;  // a waiter's: tells _notify (batched on the bus thread)
   void flush_settled() noexcept;
@@ -197,35 +211,43 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   // redis_link::listener
   void on_link_up(redis_link& l) noexcept override;
   void on_link_down(redis_link& l, const std::string& why) noexcept override;
-  void on_push(redis_link&, const resp::reply& r) noexcept override { on_sub_message(&r); }
+  void on_push(redis_link& l, const resp::reply& r) noexcept override;
   void watch_stall() noexcept;
 
+  instance& home(std::string_view topic) noexcept;  // the Redis that holds it
+  instance& of_link(const redis_link& l) noexcept;
+  topic_state& state_of(const std::string& topic);
   bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true) noexcept;
   void take_requests() noexcept;
   void handle(request& r) noexcept;
   void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;
   void handle_release(std::uint32_t shard, const std::string& topic) noexcept;
   void gather_publish(request& r) noexcept;
-  void send_publishes() noexcept;
+  void send_publishes() noexcept;  // every Redis's
+  void send_publishes(instance& in) noexcept;
   void publish_refused(request& r) noexcept;
   void publishes_answered(op& o, const resp::reply* r) noexcept;
-  void confirmed(const std::string& topic) noexcept;
-  void unsubscribed(const std::string& topic) noexcept;
+  void on_sub_message(instance& in, const resp::reply* r) noexcept;
+  void confirmed(instance& in, const std::string& topic) noexcept;
+  void unsubscribed(instance& in, const std::string& topic) noexcept;
   void advance(std::uint64_t pid) noexcept;
   void start_replay(std::uint64_t pid) noexcept;
   static std::uint32_t next_part(const pending& p, std::uint32_t from) noexcept;
   void queue_page(std::uint64_t pid, std::uint32_t part) noexcept;
-  void pump_pages() noexcept;
+  void pump_pages() noexcept;  // every Redis's
+  void pump_pages(instance& in) noexcept;
   void maybe_finish(std::uint64_t pid) noexcept;
   void finish(std::uint64_t pid, pending& p) noexcept;
   void fail_pending(pending& p) noexcept;
   void drop_pending(std::uint64_t pid) noexcept;
+  void unhook(const pending& p) noexcept;
   void enlist(std::uint64_t pid) noexcept;
+  bool all_up(const pending& p) const noexcept;
   void park(std::uint64_t pid) noexcept;
-  void unpark_all() noexcept;
+  void unpark_ready() noexcept;
   void expire_held() noexcept;
-  void send_mark() noexcept;
-  void mark_arrived(std::string_view payload) noexcept;
+  void send_mark(instance& in) noexcept;
+  void mark_arrived(instance& in, std::string_view payload) noexcept;
   void announce_lost(const std::string& topic) noexcept;
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
@@ -237,19 +259,20 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void pub_answered(std::size_t bytes) noexcept;
   void live(std::string_view topic, std::string_view payload) noexcept;
   void marker(std::string_view payload) noexcept;
-  void send_batches() noexcept;
-  void connect_links() noexcept;
-  void went_down(const std::string& why, redis_link* gone = nullptr) noexcept;
-  void setup_command_link() noexcept;
-  void setup_subscriber_link() noexcept;
-  void ready_check() noexcept;
-  void setup_refused(std::string_view error) noexcept;
+  void send_batches() noexcept;  // every Redis's
+  void send_batches(instance& in) noexcept;
+  void connect_links(instance& in) noexcept;
+  void went_down(instance& in, const std::string& why, redis_link* gone = nullptr) noexcept;
+  void setup_command_link(instance& in) noexcept;
+  void setup_subscriber_link(instance& in) noexcept;
+  void ready_check(instance& in) noexcept;
+  void setup_refused(instance& in, std::string_view error) noexcept;
   void start_catchup(const std::string& topic) noexcept;
   void note_catchup_start(topic_state& ts) noexcept;
-  std::string mark_moment() const;
+  std::string mark_moment(const instance& in) const;
   void add_positions(const pending& p, pubsub::bus_reply& r);
-  bool command(std::initializer_list<std::string_view> args, op* o) noexcept;
-  bool command(std::span<const std::string_view> args, op* o) noexcept;
+  bool command(instance& in, std::initializer_list<std::string_view> args, op* o) noexcept;
+  bool command(instance& in, std::span<const std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
   void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;
   void offer_at(const pool::frame_ref& frame, std::size_t topic_offset, std::size_t topic_size) noexcept;
@@ -265,7 +288,6 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::atomic<std::size_t> _pub_bytes{0};  // clients' pubs queued or sent, not yet answered (bytes)
   loop _loop;
   std::thread _thread;
-  std::atomic<bool> _up{false};
   std::atomic<bool> _running{false};
   std::atomic<bool> _stalled{false};
 
@@ -274,41 +296,23 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::vector<request> _requests, _taking;
   std::atomic<bool> _unwoken{false};  // publish_queue posted without waking the loop
   bool _told_node_bytes = false;       // the stream-node-max-bytes advice is logged once
-  // The publishes taken and not sent yet (take_requests batches them), and scratch for a
-  // command's arguments (command(): kept, so that a command allocates nothing once warm).
-  std::vector<request*> _gathered;
-  std::size_t _gathered_bytes = 0;
+  // Scratch for a command's arguments (command(): kept, so that a command allocates nothing
+  // once warm).
   std::vector<std::string_view> _argv;
   std::vector<const char*> _argp;
   std::vector<std::size_t> _argl;
 
   // The bus thread's state.
-  redis_link _sub, _cmd;
-  std::string _node_channel;  // this node's own channel (markers)
-  bool _cmd_ready = false, _sub_ready = false;
-  std::string _refusal;  // why Redis refused this connection's set-up (empty: it did not)
-  std::uint32_t _tick = 0, _retry_at = 0, _backoff_ticks = 0;
-  bool _ever_up = false;
+  std::vector<std::unique_ptr<instance>> _instances;  // each Redis, in --bus order
+  std::string _node_channel;  // this node's own channel on each Redis (markers, marks)
+  std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;
   std::unordered_map<std::uint64_t, std::uint64_t> _pid_of_request;  // a sub's request_key -> its pending
-  std::deque<std::uint64_t> _held_subs;   // subs waiting for Redis to come back, oldest first
+  std::deque<std::uint64_t> _held_subs;   // subs waiting for a Redis to come back, oldest first
   std::atomic<std::uint32_t> _held{0};    // how many (any thread reads it: the bound)
-  std::string _epoch;                     // Redis's epoch (wspush_epoch), as of the last set-up
-  std::string _mark_epoch;                // the last mark heard (wspush_mark): its epoch, its
-  std::uint64_t _mark_ms = 0, _mark_at = 0;  // TIME, when it came (in _order)
-  bool _mark_current = false;  // the last mark was heard on the current links (add_positions)
   std::uint64_t _order = 0;               // counts marks and last events, to tell which came later
-  bool _mark_in_flight = false;
-  std::uint32_t _next_mark_tick = 0;
-  std::vector<std::string> _unfloored;    // topics confirmed since the last mark was heard
   std::uint64_t _next_pid = 1;
-  std::deque<std::pair<std::uint64_t, std::uint32_t>> _page_queue;  // replay pages waiting: (pid, part)
-  std::uint32_t _pages_in_flight = 0;  // replay pages sent, not yet answered (at most max_pages_in_flight)
-  std::uint64_t _link_gen = 0;         // counts outages: a page sent before one is not in flight after it
-  std::vector<std::string> _to_subscribe, _to_unsubscribe;
-  std::size_t _awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
-  std::uint32_t _small_batch_tick = UINT32_MAX;  // the tick a batch short of full_sub_batch last went
   std::unordered_map<std::uint64_t, std::shared_ptr<waiter>> _tickets;  // admin publishes under way
   std::mutex _tickets_m;
   std::uint64_t _next_ticket = 1;

@@ -17,6 +17,7 @@
 #include "server/base/clock.hpp"
 #include "server/base/log.hpp"
 #include "server/bus/redis_bus.hpp"
+#include "server/bus/redis_route.hpp"
 
 namespace wspush::server::bus {
 
@@ -24,7 +25,10 @@ extern const char* const redis_functions;  // wspush.lua, built in (redis_functi
 
 namespace detail {
 
-inline constexpr std::uint64_t key_sub = 1, key_cmd = 2;
+/// What the loop's on_ready carries for a link: the Redis's index, and which of its two links.
+inline constexpr std::uint64_t link_key(std::size_t instance, bool subscriber) noexcept {
+  return 2 * std::uint64_t(instance) + (subscriber ? 1 : 2);
+}
 inline constexpr std::string_view topic_prefix = "wspush:topic:";
 inline constexpr std::string_view node_prefix = "wspush:node:";
 inline constexpr std::size_t channels_per_command = 1000;
@@ -170,9 +174,45 @@ struct redis_bus::op {
   std::uint64_t tag = 0;    // replay: the link generation it was sent on
   std::vector<batched_pub> pubs;  // publishes: one per pair of the call, in order
   redis_bus* bus = nullptr;
+  instance* in = nullptr;   // the Redis it was sent to
+};
+
+/// One Redis of the bus: its two links and what the bus knows of it. The bus is up on it once
+/// both links are set up; each Redis connects, fails and comes back on its own.
+struct redis_bus::instance {
+  instance(redis_bus& bus, std::uint32_t i, const redis_target& t, const resp::limits& limits,
+           relaxed_counter* errors) noexcept
+      : index(i), target(t), sub(bus._loop, link_key(i, true), bus, {true, limits, errors}),
+        cmd(bus._loop, link_key(i, false), bus, {false, limits, errors}) {}
+  const std::uint32_t index;
+  const redis_target& target;
+  redis_link sub, cmd;
+  std::atomic<bool> up{false};
+  bool stalled = false;
+  bool cmd_ready = false, sub_ready = false;
+  std::string refusal;  // why Redis refused this connection's set-up (empty: it did not)
+  std::uint32_t retry_at = 0, backoff_ticks = 0;
+  bool ever_up = false;
+  std::string epoch;                  // its epoch (wspush_epoch), as of the last set-up
+  std::string mark_epoch;             // the last mark heard (wspush_mark): its epoch, its
+  std::uint64_t mark_ms = 0, mark_at = 0;  // TIME, when it came (in bus::_order)
+  bool mark_current = false;  // the last mark was heard on the current links (add_positions)
+  bool mark_in_flight = false;
+  std::uint32_t next_mark_tick = 0;
+  std::vector<std::string> unfloored;  // its topics confirmed since its last mark was heard
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> page_queue;  // replay pages waiting: (pid, part)
+  std::uint32_t pages_in_flight = 0;  // replay pages sent, not yet answered (at most max_pages_in_flight)
+  std::uint64_t link_gen = 0;         // counts outages: a page sent before one is not in flight after it
+  std::vector<std::string> to_subscribe, to_unsubscribe;
+  std::size_t awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
+  std::uint32_t small_batch_tick = UINT32_MAX;  // the tick a batch short of full_sub_batch last went
+  // The publishes taken and not sent yet (take_requests batches them per Redis).
+  std::vector<request*> gathered;
+  std::size_t gathered_bytes = 0;
 };
 
 struct redis_bus::topic_state {
+  std::uint32_t home = 0;           // the Redis that holds it (bus::_instances)
   std::uint16_t holders = 0;
   enum state_t : std::uint8_t { idle, subscribing, active, unsubscribing } state = idle;
   bool needs_catchup = false;       // subscribed before an outage: replay what was missed
@@ -200,7 +240,8 @@ struct redis_bus::pending {
   std::unique_ptr<pubsub::bus_sub> s;
   std::uint32_t unconfirmed = 0, replies_left = 0;
   bool marker_seen = false, failed = false;
-  bool marker_sent = false;    // behind the last page of every part (maybe_finish)
+  bool marker_sent = false;    // behind the last page of every part, on each Redis replayed from (maybe_finish)
+  std::uint32_t markers_left = 0;  // sent, not back yet
   bool held = false;           // waits for Redis to come back (bus::_held_subs)
   // Paced (send_page): `subbed` went with the first page; each next page, and then the
   // marker and replay_done, wait for the shard's more() (the client read what it had).
@@ -213,6 +254,7 @@ struct redis_bus::pending {
   std::uint32_t deadline = 0;  // held: the tick it is refused at
   bool mark_mode = false;      // catch-up: `since` is a floor, not an event (wspush.lua)
   struct part {
+    std::uint32_t home = 0;    // the Redis that holds the topic
     std::string topic, since;
     std::string last_id;       // the newest id replayed
     std::string live_last_id;  // catch-up: the newest live event held back

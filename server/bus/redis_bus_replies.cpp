@@ -8,34 +8,41 @@ namespace wspush::server::bus {
 
 // ---- publishes ------------------------------------------------------------------------------
 
-/// Takes a publish into the batch being gathered (take_requests), which goes once it holds
-/// max_batch_pubs publishes or max_batch_bytes of them, or when the requests taken run out.
+/// Takes a publish into the batch being gathered for its topic's Redis (take_requests), which
+/// goes once it holds max_batch_pubs publishes or max_batch_bytes of them, or when the
+/// requests taken run out.
 void redis_bus::gather_publish(request& r) noexcept {
   if (r.w) {
     std::lock_guard lock(r.w->m);
     if (r.w->withdrawn) return;  // its publisher was told unavailable: keep that true
     r.w->sent = true;            // (a failed send settles it as unavailable)
   }
+  instance& in = home(r.topic);
   try {
-    _gathered.push_back(&r);
+    in.gathered.push_back(&r);
   } catch (...) {
     return publish_refused(r);
   }
-  _gathered_bytes += r.topic.size() + r.data.size();
-  if (_gathered.size() >= max_batch_pubs || _gathered_bytes >= max_batch_bytes) send_publishes();
+  in.gathered_bytes += r.topic.size() + r.data.size();
+  if (in.gathered.size() >= max_batch_pubs || in.gathered_bytes >= max_batch_bytes) send_publishes(in);
 }
 
-/// The publishes gathered go to Redis in one FCALL wspush_publish_batch.
 void redis_bus::send_publishes() noexcept {
-  if (_gathered.empty()) return;
+  for (auto& in : _instances) send_publishes(*in);
+}
+
+/// The publishes gathered for a Redis go to it in one FCALL wspush_publish_batch.
+void redis_bus::send_publishes(instance& in) noexcept {
+  auto& gathered = in.gathered;
+  if (gathered.empty()) return;
   auto* o = new (std::nothrow) op{op::publishes};
   bool sent = false;
   if (o) {
     try {
-      o->pubs.resize(_gathered.size());
+      o->pubs.resize(gathered.size());
       _argv.assign({"FCALL", "wspush_publish_batch", "0"});
-      for (std::size_t k = 0; k < _gathered.size(); ++k) {
-        const request& r = *_gathered[k];
+      for (std::size_t k = 0; k < gathered.size(); ++k) {
+        const request& r = *gathered[k];
         _argv.push_back(r.topic);
         _argv.push_back(r.data);
         batched_pub& b = o->pubs[k];
@@ -45,19 +52,19 @@ void redis_bus::send_publishes() noexcept {
         b.bytes = r.topic.size() + r.data.size();
         b.w = r.w;
       }
-      sent = command(_argv, o);  // deletes o if it was not sent
+      sent = command(in, _argv, o);  // deletes o if it was not sent
       if (sent) _n.publish_calls.add();
     } catch (...) {
       delete o;
     }
   }
-  for (std::size_t k = 0; k < _gathered.size(); ++k) {
-    request& r = *_gathered[k];
+  for (std::size_t k = 0; k < gathered.size(); ++k) {
+    request& r = *gathered[k];
     if (!sent) publish_refused(r);
     else if (r.kind == request::client_pub) o->pubs[k].topic = std::move(r.topic);  // sent: the bytes are copied
   }
-  _gathered.clear();
-  _gathered_bytes = 0;
+  gathered.clear();
+  in.gathered_bytes = 0;
 }
 
 /// A publish that did not go (down, or no memory): its publisher hears it.
@@ -75,25 +82,27 @@ void redis_bus::pub_answered(std::size_t bytes) noexcept { _pub_bytes.fetch_sub(
 
 void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
   std::unique_ptr<op> hold(o);
+  instance& in = *o->in;
   const bool error = r == nullptr || r->type == resp::reply_type::error;
   switch (o->kind) {
     case op::setup:
     case op::epoch:
       // No reply at all: the link went away meanwhile, and that path says so.
       if (r == nullptr) return;
-      if (error) return setup_refused(str(r));
+      if (error) return setup_refused(in, str(r));
       // After a refusal the link is closing: the set-up's later answers (Redis runs what
       // follows a refused AUTH as the default user) must not bring the bus up meanwhile.
-      if (o->kind == op::setup || !_refusal.empty()) return;
-      _epoch.assign(str(r));
-      _cmd_ready = true;
-      return ready_check();
+      if (o->kind == op::setup || !in.refusal.empty()) return;
+      in.epoch.assign(str(r));
+      in.cmd_ready = true;
+      return ready_check(in);
     case op::publishes: return publishes_answered(*o, r);
     case op::replay: {
-      if (o->tag == _link_gen && _pages_in_flight > 0) --_pages_in_flight;  // pump_pages (on_turn) sends the next
+      if (o->tag == in.link_gen && in.pages_in_flight > 0) --in.pages_in_flight;  // pump_pages (on_turn) sends the next
       if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
       auto it = _pending.find(o->pid);
-      if (it == _pending.end() || it->second.failed) return;
+      // Held: another of its Redis went away meanwhile; it starts again when that one is back.
+      if (it == _pending.end() || it->second.failed || it->second.held) return;
       pending& p = it->second;
       // A page is {lost, next, id, data, ...}; a library loaded by an older node (a fleet being
       // upgraded) answers the whole replay as {lost, id, data, ...}: an odd count tells it.
@@ -156,7 +165,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
     case op::mark:
       // Refused (OOM, BUSY, an older library): no mark comes; try again at the next one.
       if (error) {
-        _mark_in_flight = false;
+        in.mark_in_flight = false;
         if (r != nullptr) log_ratelimited(log_level::warn, "bus: wspush_mark: %.*s", int(str(r).size()), str(r).data());
       }
       return;
@@ -193,7 +202,7 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
     // run: its publishers hear it refused, and a retry is safe.
     log_ratelimited(log_level::warn, "bus: Redis has no wspush_publish_batch (a node of an older version loaded its "
                     "functions): loading this node's again");
-    if (auto* load = new (std::nothrow) op{op::other}) command({"FUNCTION", "LOAD", "REPLACE", redis_functions}, load);
+    if (auto* load = new (std::nothrow) op{op::other}) command(*o.in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, load);
   }
   for (std::size_t k = 0; k < o.pubs.size(); ++k) {
     batched_pub& b = o.pubs[k];
@@ -220,30 +229,30 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
   }
 }
 
-/// Everything the subscriber connection hears: subscribe and unsubscribe confirmations, events.
-void redis_bus::on_sub_message(const resp::reply* r) noexcept {
+/// Everything a subscriber connection hears: subscribe and unsubscribe confirmations, events.
+void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
   if (r == nullptr || r->type != resp::reply_type::array || r->elements < 3) return;
   const std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
   if (kind == "message") {
     const std::string_view payload = str(r->element[2]);
-    if (channel == _node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(payload) : marker(payload);
+    if (channel == _node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(in, payload) : marker(payload);
     if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
     return live(channel.substr(topic_prefix.size()), payload);
   }
   if (channel == _node_channel) {
     if (kind == "subscribe") {
-      _sub_ready = true;
-      ready_check();
+      in.sub_ready = true;
+      ready_check(in);
     }
     return;
   }
   if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
   const std::string topic(channel.substr(topic_prefix.size()));
   if (kind == "subscribe" || kind == "unsubscribe") {
-    if (_awaiting > 0) --_awaiting;
-    if (kind == "subscribe") confirmed(topic);
-    else unsubscribed(topic);
-    if (_awaiting == 0) send_batches();  // what gathered meanwhile
+    if (in.awaiting > 0) --in.awaiting;
+    if (kind == "subscribe") confirmed(in, topic);
+    else unsubscribed(in, topic);
+    if (in.awaiting == 0) send_batches(in);  // what gathered meanwhile
   }
 }
 
@@ -254,9 +263,10 @@ void redis_bus::marker(std::string_view payload) noexcept {
     pid = pid * 10 + std::uint64_t(c - '0');
   }
   auto it = _pending.find(pid);
-  if (it == _pending.end()) return;
+  if (it == _pending.end() || it->second.held || it->second.failed || it->second.markers_left == 0) return;
   // Live events keep being kept aside until the answer goes (finish): those after the marker
   // were published after the replay's read, and reach the shard only through the answer.
+  if (--it->second.markers_left > 0) return;  // another Redis's is still to come
   it->second.marker_seen = true;
   maybe_finish(pid);
 }

@@ -20,16 +20,40 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
   }
   p.parts.resize(s->topics.size());
   for (std::size_t k = 0; k < s->topics.size(); ++k) {
-    topic_state& ts = _topics[s->topics[k]];
+    topic_state& ts = state_of(s->topics[k]);
     if (s->new_hold[k]) ++ts.holders;  // a hold is always taken: the shard releases it later
+    p.parts[k].home = ts.home;
     p.parts[k].topic = s->topics[k];
     p.parts[k].since = s->since[k];
     p.parts[k].joins = k < s->joins.size() && s->joins[k];
   }
   p.page_bytes = std::clamp<std::uint64_t>(s->room, 1, replay_page_bound);
   p.s = std::move(s);
-  if (!_up.load(std::memory_order_relaxed)) return park(pid);
+  if (!all_up(p)) return park(pid);
   enlist(pid);
+}
+
+/// A topic's state, made (and given its Redis) on first use.
+redis_bus::topic_state& redis_bus::state_of(const std::string& topic) {
+  auto [it, fresh] = _topics.try_emplace(topic);
+  if (fresh) it->second.home = home(topic).index;
+  return it->second;
+}
+
+/// Every Redis that holds one of the sub's topics is up.
+bool redis_bus::all_up(const pending& p) const noexcept {
+  for (const auto& part : p.parts)
+    if (!_instances[part.home]->up.load(std::memory_order_relaxed)) return false;
+  return true;
+}
+
+/// The sub leaves its topics' lists (waiting for a confirmation, keeping live events aside).
+void redis_bus::unhook(const pending& p) noexcept {
+  for (const auto& part : p.parts) {
+    auto t = _topics.find(part.topic);
+    if (t == _topics.end()) continue;
+    for (auto* v : {&t->second.waiting, &t->second.replaying}) v->erase(std::remove(v->begin(), v->end(), p.pid), v->end());
+  }
 }
 
 /// Waits for each of the sub's topics to be subscribed in Redis (subscribing those not yet),
@@ -37,10 +61,10 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
 void redis_bus::enlist(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   for (auto& part : p.parts) {
-    topic_state& ts = _topics[part.topic];
+    topic_state& ts = state_of(part.topic);
     if (ts.state == topic_state::idle) {
       ts.state = topic_state::subscribing;
-      _to_subscribe.push_back(part.topic);
+      _instances[ts.home]->to_subscribe.push_back(part.topic);
     }
     if (ts.state != topic_state::active) {
       ts.waiting.push_back(pid);
@@ -50,7 +74,8 @@ void redis_bus::enlist(std::uint64_t pid) noexcept {
   if (p.unconfirmed == 0) advance(pid);
 }
 
-/// Redis is away: the sub waits for it (its topics stay held), until held_sub_wait ends.
+/// A Redis of the sub's topics is away: the sub waits for it (its topics stay held), until
+/// held_sub_wait ends.
 void redis_bus::park(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   try {
@@ -64,14 +89,24 @@ void redis_bus::park(std::uint64_t pid) noexcept {
   _n.held.add();
 }
 
-/// Redis is back: every sub that waited goes on, in order, each under a new number (a marker
-/// of its earlier attempt, late from the old connection, must not count for the new one).
-void redis_bus::unpark_all() noexcept {
+/// A Redis is back: every sub that waited and now has all its Redis goes on, in order, each
+/// under a new number (a marker of its earlier attempt, late from the old connection, must not
+/// count for the new one). The others wait on, in their order.
+void redis_bus::unpark_ready() noexcept {
   std::deque<std::uint64_t> held;
   held.swap(_held_subs);
   for (std::uint64_t pid : held) {
     auto it = _pending.find(pid);
     if (it == _pending.end() || !it->second.held) continue;
+    if (!all_up(it->second)) {
+      try {
+        _held_subs.push_back(pid);
+        continue;
+      } catch (...) {
+        drop_pending(pid);
+        continue;
+      }
+    }
     const std::uint64_t now = _next_pid++;
     auto node = _pending.extract(it);
     node.key() = now;
@@ -106,7 +141,7 @@ void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept
     case topic_state::active:
       if (ts.catchup) return;  // after its catch-up (finish() looks again)
       ts.state = topic_state::unsubscribing;
-      _to_unsubscribe.push_back(topic);
+      _instances[ts.home]->to_unsubscribe.push_back(topic);
       break;
     case topic_state::idle:
       if (ts.waiting.empty()) _topics.erase(it);
@@ -121,13 +156,17 @@ void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept
 /// of many waits at most a tick (50 ms), so that 19,000 mailboxes connecting within a few
 /// seconds cost Redis a few hundred commands, each a read, a wake-up and a write, not thousands.
 void redis_bus::send_batches() noexcept {
-  if (!_sub.connected() || _awaiting > 0) return;
-  if (_to_subscribe.size() < full_sub_batch && _to_unsubscribe.size() < full_sub_batch) {
-    if (_to_subscribe.empty() && _to_unsubscribe.empty()) return;
-    if (_small_batch_tick == _tick) return;
-    _small_batch_tick = _tick;
+  for (auto& in : _instances) send_batches(*in);
+}
+
+void redis_bus::send_batches(instance& in) noexcept {
+  if (!in.sub.connected() || in.awaiting > 0) return;
+  if (in.to_subscribe.size() < full_sub_batch && in.to_unsubscribe.size() < full_sub_batch) {
+    if (in.to_subscribe.empty() && in.to_unsubscribe.empty()) return;
+    if (in.small_batch_tick == _tick) return;
+    in.small_batch_tick = _tick;
   }
-  auto send = [this](std::string_view verb, std::vector<std::string>& topics) {
+  auto send = [this, &in](std::string_view verb, std::vector<std::string>& topics) {
     for (std::size_t at = 0; at < topics.size(); at += channels_per_command) {
       const std::size_t n = std::min(channels_per_command, topics.size() - at);
       std::vector<std::string> channels;
@@ -139,17 +178,17 @@ void redis_bus::send_batches() noexcept {
         argv.push_back(channels.back().data());
         lens.push_back(channels.back().size());
       }
-      if (!_sub.command(int(argv.size()), argv.data(), lens.data(), nullptr, nullptr)) return;
+      if (!in.sub.command(int(argv.size()), argv.data(), lens.data(), nullptr, nullptr)) return;
       (verb == "SUBSCRIBE" ? _n.subscribes : _n.unsubscribes).add();
-      _awaiting += n;
+      in.awaiting += n;
     }
     topics.clear();
   };
-  if (!_to_subscribe.empty()) send("SUBSCRIBE", _to_subscribe);
-  if (!_to_unsubscribe.empty()) send("UNSUBSCRIBE", _to_unsubscribe);
+  if (!in.to_subscribe.empty()) send("SUBSCRIBE", in.to_subscribe);
+  if (!in.to_unsubscribe.empty()) send("UNSUBSCRIBE", in.to_unsubscribe);
 }
 
-void redis_bus::confirmed(const std::string& topic) noexcept {
+void redis_bus::confirmed(instance& in, const std::string& topic) noexcept {
   auto it = _topics.find(topic);
   if (it == _topics.end()) return;
   topic_state& ts = it->second;
@@ -158,7 +197,7 @@ void redis_bus::confirmed(const std::string& topic) noexcept {
   _n.topics.add();
   if (!ts.floored && !ts.listed) {
     try {
-      _unfloored.push_back(topic);  // the next mark heard is its floor
+      in.unfloored.push_back(topic);  // the next mark heard is its floor
       ts.listed = true;
     } catch (...) {
     }
@@ -166,7 +205,7 @@ void redis_bus::confirmed(const std::string& topic) noexcept {
   // Back after an outage: what was published meanwhile goes to the subscribers that stayed
   // (once the command connection is set up too: ready_check starts the early ones), before
   // the subs waiting for this confirmation go on: their connections join after it.
-  if (ts.needs_catchup && _up.load(std::memory_order_relaxed)) start_catchup(topic);
+  if (ts.needs_catchup && in.up.load(std::memory_order_relaxed)) start_catchup(topic);
   it = _topics.find(topic);
   if (it == _topics.end()) return;
   std::vector<std::uint64_t> waiting;
@@ -179,18 +218,18 @@ void redis_bus::confirmed(const std::string& topic) noexcept {
   if (it == _topics.end()) return;
   if (!it->second.needs_catchup && it->second.holders == 0 && it->second.catchup == 0) {
     it->second.state = topic_state::unsubscribing;
-    _to_unsubscribe.push_back(topic);
+    in.to_unsubscribe.push_back(topic);
   }
 }
 
-void redis_bus::unsubscribed(const std::string& topic) noexcept {
+void redis_bus::unsubscribed(instance& in, const std::string& topic) noexcept {
   auto it = _topics.find(topic);
   if (it == _topics.end() || it->second.state != topic_state::unsubscribing) return;
   _n.topics.sub();
   if (it->second.holders > 0) {  // held again meanwhile: subscribe again
     it->second.floored = false;   // not subscribed in between: no floor until the next mark
     it->second.state = topic_state::subscribing;
-    _to_subscribe.push_back(topic);
+    in.to_subscribe.push_back(topic);
     return;
   }
   _topics.erase(it);
@@ -209,8 +248,8 @@ void redis_bus::advance(std::uint64_t pid) noexcept {
 }
 
 /// FCALL wspush_replay for each topic with a `since`, page after page, one page of the sub
-/// in flight at a time; then a marker on this node's channel right behind the last page
-/// (maybe_finish). Live events are kept aside until the marker is back.
+/// in flight at a time; then a marker on this node's channel right behind the last page, on
+/// each Redis replayed from (maybe_finish). Live events are kept aside until the marker is back.
 void redis_bus::start_replay(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   for (std::uint32_t k = 0; k < p.parts.size(); ++k) {
@@ -239,23 +278,28 @@ std::uint32_t redis_bus::next_part(const pending& p, std::uint32_t from) noexcep
   return std::uint32_t(from);
 }
 
-/// A page of part `k` waits its turn: pages go to Redis in the order they were queued, at
-/// most max_pages_in_flight node-wide.
+/// A page of part `k` waits its turn: pages go to its Redis in the order they were queued, at
+/// most max_pages_in_flight to each Redis.
 void redis_bus::queue_page(std::uint64_t pid, std::uint32_t k) noexcept {
+  instance& in = *_instances[_pending.at(pid).parts.at(k).home];
   try {
-    _page_queue.emplace_back(pid, k);
+    in.page_queue.emplace_back(pid, k);
   } catch (...) {
     return drop_pending(pid);
   }
-  pump_pages();
+  pump_pages(in);
 }
 
 void redis_bus::pump_pages() noexcept {
-  while (_pages_in_flight < max_pages_in_flight && !_page_queue.empty()) {
-    const auto [pid, k] = _page_queue.front();
-    _page_queue.pop_front();
+  for (auto& in : _instances) pump_pages(*in);
+}
+
+void redis_bus::pump_pages(instance& in) noexcept {
+  while (in.pages_in_flight < max_pages_in_flight && !in.page_queue.empty()) {
+    const auto [pid, k] = in.page_queue.front();
+    in.page_queue.pop_front();
     auto it = _pending.find(pid);
-    if (it == _pending.end() || it->second.failed || k >= it->second.parts.size()) continue;
+    if (it == _pending.end() || it->second.failed || it->second.held || k >= it->second.parts.size()) continue;
     pending& p = it->second;
     auto& part = p.parts[k];
     // The first page from `since` (a mark, for a catch-up); the next ones from the last id a
@@ -270,14 +314,14 @@ void redis_bus::pump_pages() noexcept {
     char bytes[24];
     const auto n = std::to_chars(bytes, bytes + sizeof bytes, room).ptr - bytes;
     auto* o = new (std::nothrow) op{op::replay, pid, k};
-    if (o) o->tag = _link_gen;
-    if (!o || !command({"FCALL", "wspush_replay", "0", part.topic, first ? part.since : part.cursor, mode,
+    if (o) o->tag = in.link_gen;
+    if (!o || !command(in, {"FCALL", "wspush_replay", "0", part.topic, first ? part.since : part.cursor, mode,
                         replay_page_entries, std::string_view(bytes, std::size_t(n))},
                        o)) {
       drop_pending(pid);
       continue;
     }
-    ++_pages_in_flight;
+    ++in.pages_in_flight;
   }
 }
 
@@ -287,12 +331,22 @@ void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
   pending& p = it->second;
   if (p.replies_left > 0) return;
   if (!p.marker_seen && !p.marker_sent) {
-    // Every page is read: when this comes back, every publish made before the last read has.
+    // Every page is read: when a marker comes back from each Redis replayed from, every
+    // publish made there before the last read has.
     const std::string token = std::to_string(pid);
-    auto* o = new (std::nothrow) op{op::marker, pid};
-    if (!o || !command({"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+    std::uint32_t sent_to = 0;  // a bit per Redis (past 32: each part's Redis, once per part)
+    for (const auto& part : p.parts) {
+      if (part.since.empty()) continue;
+      const std::uint32_t bit = part.home < 32 ? 1u << part.home : 0;
+      if (bit && (sent_to & bit)) continue;
+      sent_to |= bit;
+      auto* o = new (std::nothrow) op{op::marker, pid};
+      if (!o || !command(*_instances[part.home], {"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+      ++p.markers_left;
+    }
     p.marker_sent = true;
-    return;
+    if (p.markers_left == 0) p.marker_seen = true;
+    else return;
   }
   if (!p.marker_seen) return;
   finish(pid, p);
@@ -349,7 +403,7 @@ void redis_bus::finish(std::uint64_t pid, pending& p) noexcept {
         t->second.catchup = 0;
         if (t->second.holders == 0 && t->second.state == topic_state::active) {
           t->second.state = topic_state::unsubscribing;
-          _to_unsubscribe.push_back(part.topic);
+          _instances[t->second.home]->to_unsubscribe.push_back(part.topic);
         }
       }
       continue;
@@ -425,7 +479,7 @@ void redis_bus::fail_pending(pending& p) noexcept {
       }
       if (t->second.holders == 0 && t->second.state == topic_state::active) {
         t->second.state = topic_state::unsubscribing;  // released meanwhile (finish() would have)
-        _to_unsubscribe.push_back(part.topic);
+        _instances[t->second.home]->to_unsubscribe.push_back(part.topic);
       }
     }
     part.entries.clear();
