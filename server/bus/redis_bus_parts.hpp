@@ -1,7 +1,8 @@
 #pragma once
 // The Redis bus's inner parts, shared by its source files (redis_bus.cpp: set-up, requests from
-// other threads, the loop, connecting; redis_bus_subs.cpp: subscriptions and the replay seam;
-// redis_bus_replies.cpp: publishes and what Redis answers). Not a header for anyone else.
+// other threads, the loop; redis_bus_links.cpp: connecting to each Redis and losing it;
+// redis_bus_subs.cpp: subscriptions and the replay seam; redis_bus_replies.cpp: publishes and
+// what Redis answers). Not a header for anyone else.
 
 #include <algorithm>
 #include <charconv>
