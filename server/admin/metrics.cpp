@@ -22,7 +22,11 @@ constexpr metric_info k_standard[] = {
     {"wspush_tls_kernel_tx_total", mt::counter, "result",
      "TLS connections whose transmit side was handed to kernel TLS after the handshake (handed), or stayed in "
      "user space because the kernel refused it (fallback)."},
-    {"wspush_bus_up", mt::gauge, "", "1 while the Redis bus is connected and ready, 0 while it is not (--bus=redis://...)."},
+    {"wspush_bus_up", mt::gauge, "",
+     "1 while the Redis bus is connected and ready on every Redis it spans, 0 while it is not (--bus=redis://...)."},
+    {"wspush_bus_redis_up", mt::gauge, "redis",
+     "Per Redis of the bus (host:port/db; isolated shards: one each): 1 while it is connected and ready, 0 while "
+     "not. The topics of a Redis that is down are refused; the others go on."},
     {"wspush_bus_topics", mt::gauge, "", "Topic channels this node is subscribed to in Redis."},
     {"wspush_bus_waiting_topics", mt::gauge, "",
      "Topics the reactors hold for subs Redis has not answered yet, summed over the reactors."},

@@ -37,7 +37,8 @@ class bus_sink final : public publish_sink {
  public:
   explicit bus_sink(bus::redis_bus& b) : _bus(b) {}
   publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
-    if (!_bus.up()) return {publish_outcome::unavailable, "the bus is down"};
+    if (!_bus.up_for(topic))
+      return {publish_outcome::unavailable, _bus.redis_count() > 1 ? "the topic's Redis is down" : "the bus is down"};
     try {
       return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, true, false)};
     } catch (const std::exception&) {
@@ -58,7 +59,10 @@ class bus_sink final : public publish_sink {
     }
     return {publish_outcome::unavailable, "the bus is down"};
   }
-  bool ready() const noexcept override { return _bus.up(); }
+  /// Ready while any Redis of the bus is: with isolated shards, one that is down refuses only
+  /// its own topics (every node of the fleet sees it down alike: taking them all out of a load
+  /// balancer would refuse the rest too). wspush_bus_redis_up says which.
+  bool ready() const noexcept override { return _bus.any_up(); }
   bool stalled() const noexcept override { return _bus.stalled(); }
 
  private:

@@ -151,7 +151,9 @@ void redis_bus::setup_command_link(instance& in) noexcept {
   const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
   const std::string max_bytes = std::to_string(_o.max_event_bytes);
   command(in, {"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
-  command(in, {"FCALL", "wspush_epoch", "0"}, new op{op::epoch});
+  // The salt: the shards of a bus are set up together, and their epochs must differ.
+  command(in, {"FCALL", "wspush_epoch", "0", std::string_view(_node_channel).substr(_node_channel.size() - 5)},
+          new op{op::epoch});
   if (!_told_node_bytes) command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
 }
 

@@ -32,11 +32,15 @@ local function config()
   return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
 end
 
-local function epoch()
+-- Made from Redis's clock, and a node's salt when one made it (wspush_epoch): two Redis set up
+-- in the same microsecond (the shards of a bus, set up together) still differ, so an id of one
+-- is never read as a place in another's streams.
+local function epoch(salt)
   local e = redis.call('GET', 'wspush:epoch')
   if e then return e end
   local t = redis.call('TIME')
   e = string.format('%x%05x', tonumber(t[1]) % 1048576, tonumber(t[2]))
+  if type(salt) == 'string' and #salt <= 5 and string.match(salt, '^[0-9a-z]+$') then e = e .. salt end
   redis.call('SET', 'wspush:epoch', e)
   return e
 end
@@ -341,4 +345,6 @@ local function mark(keys, args)
 end
 
 redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'no-cluster', 'allow-oom'}}
-redis.register_function{function_name = 'wspush_epoch', callback = function() return epoch() end, flags = {'no-cluster'}}
+-- FCALL wspush_epoch 0 [<salt>] -> the epoch (made when missing; <salt>: 1-5 of [0-9a-z]).
+redis.register_function{function_name = 'wspush_epoch', callback = function(_, args) return epoch(args[1]) end,
+                        flags = {'no-cluster'}}
