@@ -8,11 +8,15 @@ generator's figure over its publish phase), latency p50/p99, what was delivered,
 doubled; on the Redis bus also Redis's CPU per publish over the whole run and over the
 publish window (INFO cpu), the FCALLs it ran, and the context switches of each node thread in
 the publish window (/proc). The node is pinned to --node-cpu with --threads 1; the load
-generator and Redis share --client-cpu (or Redis gets --redis-cpu).
+generator and Redis share --client-cpu (or Redis gets --redis-cpu). With --shards N the Redis
+bus spans N isolated shards (N redis-servers in one --bus list); give several to compare: each
+Redis's CPU per publish is printed, their sum and the busiest one's (the bus carries about
+1 / busiest events per second of one core when Redis is what limits it).
 
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush
   loadgen/scenarios/bus_vs_embedded.py --wspush /path/to/before/wspush --wspush build/server/wspush --rounds 2
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --events-per-mailbox 1 --node-bytes 512
+  loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --shards 1 --shards 3 --shards 6 --no-embedded
 
 Only processes started here are stopped (by PID).
 """
@@ -68,20 +72,47 @@ def threads(pid: int) -> "dict[str, tuple[int, int]]":
     return out
 
 
-def redis_cpu(r: redis.Redis) -> float:
+def one_cpu(r: redis.Redis) -> float:
     i = r.info("cpu")
     return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
 
 
-def run(a, binary: str, bus: bool) -> None:
-    rs = r = None
+class Shards:
+    """The Redis of a bus, read as one: CPU and command stats summed, CPU kept per Redis too."""
+
+    def __init__(self, clients: "list[redis.Redis]"):
+        self.clients = clients
+
+    def cpus(self) -> "list[float]":
+        return [one_cpu(r) for r in self.clients]
+
+    def info(self, section: str) -> dict:
+        out: dict = {}
+        for r in self.clients:
+            for k, v in r.info(section).items():
+                if isinstance(v, dict):
+                    d = out.setdefault(k, {"calls": 0, "usec": 0})
+                    d["calls"] += v.get("calls", 0)
+                    d["usec"] += v.get("usec", 0)
+        return out
+
+
+def redis_cpu(r) -> float:
+    return sum(r.cpus())
+
+
+def run(a, binary: str, shards: int) -> None:
+    bus = shards > 0
+    servers = []
+    r = None
     extra = []
     try:
         if bus:
-            rs = RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
-                             extra=("--stream-node-max-bytes", str(a.node_bytes))).start()
-            r = redis.Redis(port=rs.port)
-            extra = ["--bus", rs.url]
+            for _ in range(shards):
+                servers.append(RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
+                                           extra=("--stream-node-max-bytes", str(a.node_bytes))).start())
+            r = Shards([redis.Redis(port=rs.port) for rs in servers])
+            extra = ["--bus", ",".join(rs.url for rs in servers)]
         port, aport = free_port(), free_port()
         srv = subprocess.Popen(["taskset", "-c", a.node_cpu, binary, "--listen", f"127.0.0.1:{port}",
                                 "--admin-listen", f"127.0.0.1:{aport}", "--auth=none", "--threads", "1",
@@ -93,7 +124,8 @@ def run(a, binary: str, bus: bool) -> None:
                     raise RuntimeError("the node did not come up")
                 time.sleep(0.05)
             events = a.mailboxes * a.events_per_mailbox
-            c0, t0 = redis_cpu(r) if r else 0.0, time.monotonic()
+            each0 = r.cpus() if r else []
+            c0, t0 = sum(each0), time.monotonic()
             stats0 = r.info("commandstats") if r else {}
             lg = subprocess.Popen(["taskset", "-c", a.client_cpu, a.loadgen, "mailboxes", "--url", f"ws://127.0.0.1:{port}/ws",
                                    "--admin", f"http://127.0.0.1:{aport}", "--connections", str(a.mailboxes),
@@ -112,7 +144,8 @@ def run(a, binary: str, bus: bool) -> None:
                     break
                 time.sleep(0.01)
             stdout, stderr = lg.communicate()
-            c1, t1 = redis_cpu(r) if r else 0.0, time.monotonic()
+            each1 = r.cpus() if r else []
+            c1, t1 = sum(each1), time.monotonic()
             stats1 = r.info("commandstats") if r else {}
             calls = stats1.get("cmdstat_fcall", {}).get("calls", 0) if r else 0
         finally:
@@ -123,7 +156,7 @@ def run(a, binary: str, bus: bool) -> None:
         except (ValueError, IndexError):
             print(f"{binary}: the load generator gave no result: {stderr[-300:]}", flush=True)
             return
-        line = (f"{binary} {'redis' if bus else 'embedded'}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
+        line = (f"{binary} {f'redis x{shards}' if bus else 'embedded'}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
                 f"p50 {j['latency_us']['p50'] / 1000:.2f} ms, p99 {j['latency_us']['p99'] / 1000:.2f} ms, "
                 f"delivered {j['counters']['deliveries']}, lost {j['loss']}, doubled {j['counters']['duplicates']}")
         if bus:
@@ -132,6 +165,10 @@ def run(a, binary: str, bus: bool) -> None:
                 line += (f", {1e6 * (last[0] - first[0]) / events:.1f} in the publish window ({last[2] - first[2]:.2f} s),"
                          f" {1e6 * (first[0] - c0) / events:.1f} before it ({first[2] - t0:.1f} s)")
             line += f", {calls} FCALLs"
+            if shards > 1:
+                per = [1e6 * (y - x) / events for x, y in zip(each0, each1)]
+                line += (f"; per Redis over the run: " + ", ".join(f"{v:.1f}" for v in per) +
+                         f" us/publish of all events (busiest {max(per):.1f})")
         print(line, flush=True)
         if bus:
             # Where Redis's time went, by command (INFO commandstats; the commands a function runs
@@ -152,7 +189,7 @@ def run(a, binary: str, bus: bool) -> None:
                     print(f"    thread {t}: {v - first[1][t][0]} voluntary, {nv - first[1][t][1]} involuntary context "
                           "switches in the publish window", flush=True)
     finally:
-        if rs:
+        for rs in servers:
             rs.close()
 
 
@@ -167,11 +204,15 @@ def main() -> None:
     p.add_argument("--node-cpu", default="0")
     p.add_argument("--client-cpu", default="1")
     p.add_argument("--redis-cpu", default="", help="where redis-server runs (default: --client-cpu)")
+    p.add_argument("--shards", type=int, action="append", help="Redis shards of the bus (repeat to compare; default 1)")
+    p.add_argument("--no-embedded", action="store_true", help="only the Redis bus")
     a = p.parse_args()
     for _ in range(a.rounds):
         for binary in a.wspush:
-            run(a, binary, False)
-            run(a, binary, True)
+            if not a.no_embedded:
+                run(a, binary, 0)
+            for n in a.shards or [1]:
+                run(a, binary, n)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,16 @@
 -- <data> must be one JSON value (it is checked here and refused otherwise). docs/REDIS.md
 -- describes the keys and the channel.
 --
+-- Under Redis Cluster every call declares its keys, and they share one slot: a topic's keys
+-- carry its slot's tag (docs/REDIS.md), 'wspush:{<tag>}:' in place of 'wspush:' below, and the
+-- first key names the place:
+--
+--   FCALL wspush_publish 1 wspush:{<tag>}:stream:<topic> <topic> <data>
+--
+-- There the channel is a shard channel (SPUBLISH), each slot has its own epoch, the history
+-- limits are those the library was loaded with (a node writes them into it: no key is common
+-- to all slots), and a stream expires 2 * ttl_ms after its last publish (PEXPIRE; no sweep).
+--
 -- Keys:
 --   wspush:epoch          a random tag made when missing: the data of this Redis (a restart
 --                         that lost it makes a new one, and older ids are known to be lost)
@@ -27,7 +37,25 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function config()
+-- Under Redis Cluster: {maxlen, ttl_ms, max_event_bytes}, written here by the node that loads
+-- the library (the line below, replaced as a whole).
+local cluster_config = nil -- @cluster_config@
+
+-- Where a call's keys are, from the keys it declares: 'wspush:' (none: one Redis, or an
+-- isolated shard), or 'wspush:{<tag>}:' (Redis Cluster: the first key's; nil when it is not
+-- one of ours, `what` being its kind: stream, epoch, node).
+local function space(keys, what)
+  if #keys == 0 then return 'wspush:' end
+  local p, rest = string.match(keys[1], '^(wspush:{[0-9a-z]+}:)(.*)$')
+  if not p or string.sub(rest, 1, #what) ~= what then return nil end
+  return p
+end
+
+local function config(p)
+  if p ~= 'wspush:' then
+    local c = cluster_config or {}
+    return c[1] or 100, c[2] or 300000, c[3] or 1048576
+  end
   local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms', 'max_event_bytes')
   return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
 end
@@ -35,13 +63,13 @@ end
 -- Made from Redis's clock, and a node's salt when one made it (wspush_epoch): two Redis set up
 -- in the same microsecond (the shards of a bus, set up together) still differ, so an id of one
 -- is never read as a place in another's streams.
-local function epoch(salt)
-  local e = redis.call('GET', 'wspush:epoch')
+local function epoch(p, salt)
+  local e = redis.call('GET', p .. 'epoch')
   if e then return e end
   local t = redis.call('TIME')
   e = string.format('%x%05x', tonumber(t[1]) % 1048576, tonumber(t[2]))
   if type(salt) == 'string' and #salt <= 5 and string.match(salt, '^[0-9a-z]+$') then e = e .. salt end
-  redis.call('SET', 'wspush:epoch', e)
+  redis.call('SET', p .. 'epoch', e)
   return e
 end
 
@@ -94,10 +122,11 @@ end
 -- What a call reads once for all of its publishes: the configuration, the epoch, the TIME `t`,
 -- and the arguments every publish passes as strings (a number given to redis.call is formatted
 -- each time it is passed).
-local function context()
-  local maxlen, _, max_bytes = config()
+local function context(p)
+  local maxlen, ttl, max_bytes = config(p)
   local t = redis.call('TIME')
-  return {maxlen = tostring(maxlen), max_bytes = max_bytes, prefix = epoch() .. ':', t = t}
+  return {maxlen = tostring(maxlen), max_bytes = max_bytes, prefix = epoch(p) .. ':', t = t, space = p,
+          expire = p ~= 'wspush:' and ttl > 0 and tostring(2 * ttl) or nil}
 end
 
 -- One publish; `checked`: its topic and data were checked already (a node's). Returns its id
@@ -114,18 +143,27 @@ local function publish_one(topic, data, x, checked)
     if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic'), false end
     if not pcall(cjson.decode, data) then return redis.error_reply('ERR wspush: data is not one JSON value'), false end
   end
-  local stream = 'wspush:stream:' .. topic
+  local stream = x.space .. 'stream:' .. topic
+  if x.key and x.key ~= stream then return redis.error_reply('ERR wspush: the key is not the topic\'s stream'), false end
   -- A stream that exists takes the entry (one command); only a new one needs its first id.
   local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', x.maxlen, '*', 'd', data)
   local created = not id
   if created then id = redis.call('XADD', stream, 'MAXLEN', x.maxlen, first_id(x.t), 'd', data) end
   local full = x.prefix .. id
-  redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
+  if x.expire then
+    redis.call('PEXPIRE', stream, x.expire)
+    redis.call('SPUBLISH', x.space .. 'topic:' .. topic, full .. ' ' .. data)
+  else
+    redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
+  end
   return full, created
 end
 
 local function publish(keys, args)
-  local x = context()
+  local p = space(keys, 'stream:')
+  if not p then return redis.error_reply('ERR wspush: the key is not a wspush stream (docs/REDIS.md)') end
+  local x = context(p)
+  x.key = keys[1]
   local out, created = publish_one(args[1], args[2], x, false)
   if created then wait_past(x.t) end
   return out
@@ -136,11 +174,18 @@ end
 --   every publish a node has to send at once, and reads the configuration, the epoch and the
 --   time once for all of them. It does not check topics or JSON (the node did, and every node
 --   checks what it receives): a backend publishes with wspush_publish.
+-- Under Redis Cluster: FCALL wspush_publish_batch <n> <stream key> ... <topic> <data> ..., a
+--   stream key per pair, all of one slot.
 local function publish_batch(keys, args)
   if #args == 0 or #args % 2 ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
-  local x = context()
+  local p = space(keys, 'stream:')
+  if not p or (#keys > 0 and #keys * 2 ~= #args) then
+    return redis.error_reply('ERR wspush: a stream key per topic and data pair expected')
+  end
+  local x = context(p)
   local out, any = {}, false
   for i = 1, #args, 2 do
+    x.key = keys[(i + 1) / 2]
     local r, created = publish_one(args[i], args[i + 1], x, true)
     out[#out + 1] = r
     any = any or created
@@ -167,12 +212,16 @@ end
 local function replay(keys, args)
   local topic, since, mark = args[1], args[2], args[3] == 'mark'
   if not valid_topic(topic) then return redis.error_reply('ERR wspush: bad topic') end
+  local p = space(keys, 'stream:')
+  if not p or (#keys > 0 and keys[1] ~= p .. 'stream:' .. topic) then
+    return redis.error_reply('ERR wspush: the key is not the topic\'s stream')
+  end
   local max_n, max_bytes = tonumber(args[4] or ''), tonumber(args[5] or '')
   local paged = max_n ~= nil and max_bytes ~= nil
   if paged and (max_n < 1 or max_bytes < 1) then return redis.error_reply('ERR wspush: bad page bound') end
-  local _, ttl = config()
-  local e = redis.call('GET', 'wspush:epoch') or ''
-  local stream = 'wspush:stream:' .. topic
+  local _, ttl = config(p)
+  local e = redis.call('GET', p .. 'epoch') or ''
+  local stream = p .. 'stream:' .. topic
   local now = now_ms()
   local min_ms = ttl > 0 and now - ttl or 0
   local out = {0}
@@ -258,9 +307,9 @@ local function replay(keys, args)
   return out
 end
 
-redis.register_function{function_name = 'wspush_publish', callback = publish, flags = {'no-cluster'}}
-redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch, flags = {'no-cluster'}}
-redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-cluster', 'no-writes'}}
+redis.register_function{function_name = 'wspush_publish', callback = publish}
+redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch}
+redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-writes'}}
 
 -- The sweep. A stream has no TTL: one would cost every publish a PEXPIRE, and every lookup of
 -- the key a second one in Redis's table of expiries. Instead each wspush_mark (every node, about
@@ -328,12 +377,21 @@ end
 -- made before that moment on a topic it was subscribed to has reached it (Redis delivers in the
 -- order it runs commands). After an outage it catches up from there. It runs a step of the
 -- sweep first (above).
+-- Under Redis Cluster: FCALL wspush_mark 1 wspush:{<tag>}:node:<id>, the node's shard channel in
+-- a slot of this master: it publishes "mark <epoch of that slot, or -> <ms>" there (a node reads
+-- each topic's epoch from its own slot), and runs no sweep (streams expire).
 local function mark(keys, args)
+  if #keys > 0 then
+    local p = space(keys, 'node:')
+    if not p then return redis.error_reply('ERR wspush: bad channel') end
+    redis.call('SPUBLISH', keys[1], 'mark ' .. (redis.call('GET', p .. 'epoch') or '-') .. ' ' .. now_ms())
+    return 1
+  end
   local channel = args[1]
   if type(channel) ~= 'string' or string.sub(channel, 1, 12) ~= 'wspush:node:' then
     return redis.error_reply('ERR wspush: bad channel')
   end
-  local _, ttl = config()
+  local _, ttl = config('wspush:')
   -- A step that fails (a stored cursor SCAN refuses, say) must not keep the mark from coming.
   pcall(sweep_step, ttl, now_ms())
   -- Reads the epoch a node set up with, or none (a Redis that lost its data since has none until
@@ -344,7 +402,13 @@ local function mark(keys, args)
   return 1
 end
 
-redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'no-cluster', 'allow-oom'}}
+redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'allow-oom'}}
 -- FCALL wspush_epoch 0 [<salt>] -> the epoch (made when missing; <salt>: 1-5 of [0-9a-z]).
-redis.register_function{function_name = 'wspush_epoch', callback = function(_, args) return epoch(args[1]) end,
-                        flags = {'no-cluster'}}
+-- Under Redis Cluster: FCALL wspush_epoch 1 wspush:{<tag>}:epoch [<salt>]: that slot's.
+redis.register_function{
+  function_name = 'wspush_epoch',
+  callback = function(keys, args)
+    local p = space(keys, 'epoch')
+    if not p or (#keys > 0 and keys[1] ~= p .. 'epoch') then return redis.error_reply('ERR wspush: bad epoch key') end
+    return epoch(p, args[1])
+  end}

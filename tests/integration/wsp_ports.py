@@ -96,6 +96,27 @@ def reserve_port() -> int:
     raise OSError("no free port outside the ephemeral range")
 
 
+def reserve_cluster_port() -> int:
+    """A port for a Redis Cluster node: below 55,000, with port + 10000 (its cluster bus) free and
+    reserved too, both outside the ephemeral range."""
+    os.makedirs(LOCK_DIR, mode=0o777, exist_ok=True)
+    low, high = ephemeral_range()
+    ports = [p for p in range(10000, 55000) if not low <= p <= high and not low <= p + 10000 <= high]
+    random.shuffle(ports)
+    for port in ports:
+        if not _try_lock(port):
+            continue
+        if not _try_lock(port + 10000):
+            os.unlink(os.path.join(LOCK_DIR, str(port)))
+            continue
+        if _bindable(port) and _bindable(port + 10000):
+            _held.update((port, port + 10000))
+            return port
+        for p in (port, port + 10000):
+            os.unlink(os.path.join(LOCK_DIR, str(p)))
+    raise OSError("no free pair of ports (port, port + 10000) outside the ephemeral range")
+
+
 def release_port(port: int) -> None:
     if port in _held:
         _held.discard(port)

@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Optional
 
-from wsp_ports import reserve_port
+from wsp_ports import reserve_cluster_port, reserve_port
 from wsp_testlib import _die_with_parent, _live_servers, check, scaled
 
 
@@ -108,6 +108,78 @@ class RedisServer:
                 check(_read_resp(f) == "OK", "AUTH refused")
             s.sendall(_encode(*args))
             return _read_resp(f)
+
+
+class RedisCluster:
+    """A Redis Cluster on loopback made with `redis-cli --cluster create`: `masters` masters with
+    `replicas` replicas each, every node a RedisServer (append-only, on a port below 55,000
+    whose port + 10000, the cluster bus, is free). A start returns once every node says
+    cluster_state:ok and every slot is served."""
+
+    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000):
+        if shutil.which("redis-cli") is None:
+            raise AssertionError("redis-cli is needed (Debian package redis-tools)")
+        self.replicas = replicas
+        self.nodes = [RedisServer(port=reserve_cluster_port(),
+                                  extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                         "--cluster-node-timeout", str(node_timeout_ms)))
+                      for _ in range(masters * (1 + replicas))]
+
+    @property
+    def url(self) -> str:
+        """Every node as a seed."""
+        return "redis-cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self) -> "RedisCluster":
+        for n in self.nodes:
+            n.start()
+        done = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                               "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=scaled(60))
+        check(done.returncode == 0, f"redis-cli --cluster create failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+        self.wait_ok(scaled(30))
+        return self
+
+    def wait_ok(self, timeout: float) -> None:
+        """Until every running node says cluster_state:ok (polled: the cluster announces it to
+        no one)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = []
+            for n in self.nodes:
+                if n.proc is None or n.proc.poll() is not None:
+                    continue
+                try:
+                    states.append("cluster_state:ok" in n.command("CLUSTER", "INFO"))
+                except (OSError, RuntimeError):
+                    states.append(False)
+            if states and all(states):
+                return
+            check(time.monotonic() < deadline, f"the cluster is not ok within {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def slots(self) -> "list[tuple[int, int, int, list[int]]]":
+        """CLUSTER SLOTS as (first, last, master port, [replica ports]), from a running node."""
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                return [(int(r[0]), int(r[1]), int(r[2][1]), [int(x[1]) for x in r[3:]])
+                        for r in n.command("CLUSTER", "SLOTS")]
+        raise AssertionError("no cluster node is running")
+
+    def node_of(self, slot: int) -> RedisServer:
+        """The master serving `slot`."""
+        for first, last, port, _ in self.slots():
+            if first <= slot <= last:
+                return next(n for n in self.nodes if n.port == port)
+        raise AssertionError(f"no master serves slot {slot}")
+
+    def masters(self) -> "list[RedisServer]":
+        ports = {port for _, _, port, _ in self.slots()}
+        return [n for n in self.nodes if n.port in ports]
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
 
 
 def _encode(*args) -> bytes:
