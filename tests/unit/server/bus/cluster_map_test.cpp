@@ -43,7 +43,7 @@ TEST_CASE("cluster: CLUSTER SLOTS of a real cluster gives each slot its master",
   CHECK(m.masters()[2].host == "127.0.0.1");
 }
 
-TEST_CASE("cluster: a master with several ranges is one master; uncovered slots have none", "[cluster]") {
+TEST_CASE("cluster: a master with several ranges is one master, and uncovered slots have none", "[cluster]") {
   resp::parser p(resp::limits{});
   cluster_map m;
   std::string why;
