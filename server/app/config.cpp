@@ -150,7 +150,8 @@ const std::vector<option>& options() {
       {"bus", "URL",
        "embedded (this process alone), or redis://[:password@]host:port[/db]: nodes share publishes and history "
        "through Redis 7; several redis:// URLs, comma-separated, are isolated shards: each topic lives on one "
-       "(docs/REDIS.md says which), in the order given",
+       "(docs/REDIS.md says which), in the order given; redis-cluster://[:password@]host:port[,host:port...] is a "
+       "Redis Cluster, by its seed nodes (sharded pub/sub)",
        [](const config& c) { return c.bus.empty() ? std::string("embedded") : c.bus; },
        [](config& c, std::string_view v) {
          if (v == "embedded") {
@@ -158,9 +159,7 @@ const std::vector<option>& options() {
            return;
          }
          try {
-           if (bus::parse_bus_spec(v).kind == bus::bus_spec::cluster)
-             throw config_error("--bus " + std::string(v) + ": Redis Cluster is not supported yet; name its masters "
-                                "as isolated shards, or one Redis");
+           bus::parse_bus_spec(v);
          } catch (const std::invalid_argument& e) {
            throw config_error(e.what());
          }

@@ -38,7 +38,7 @@ class bus_sink final : public publish_sink {
   explicit bus_sink(bus::redis_bus& b) : _bus(b) {}
   publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
     if (!_bus.up_for(topic))
-      return {publish_outcome::unavailable, _bus.redis_count() > 1 ? "the topic's Redis is down" : "the bus is down"};
+      return {publish_outcome::unavailable, _bus.redis_count() == 1 ? "the bus is down" : "the topic's Redis is down"};
     try {
       return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, true, false)};
     } catch (const std::exception&) {

@@ -177,7 +177,9 @@ std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush:
 std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspush::pool::buffer_pool& buffers) {
   if (cfg.bus.empty()) return nullptr;
   wspush::server::bus::redis_bus_options o;
-  o.targets = wspush::server::bus::parse_bus_spec(cfg.bus).targets;  // checked by parse_config
+  const auto spec = wspush::server::bus::parse_bus_spec(cfg.bus);  // checked by parse_config
+  o.targets = spec.targets;
+  o.cluster = spec.kind == wspush::server::bus::bus_spec::cluster;
   o.history_size = cfg.history_size;
   o.history_ttl = cfg.history_ttl;
   // The largest event data either way in: an admin body, a client's message (each holds it).
@@ -186,7 +188,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   std::string where;
   for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
   log(log_level::info, "bus: Redis at %s%s; history in its streams: %u events per topic, %gs; events up to %zu bytes",
-      where.c_str(), o.targets.size() > 1 ? " (isolated shards: each topic on one)" : "", cfg.history_size,
+      where.c_str(), o.cluster ? " (Redis Cluster seeds)" : o.targets.size() > 1 ? " (isolated shards: each topic on one)" : "", cfg.history_size,
       cfg.history_ttl, o.max_event_bytes);
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
 }

@@ -14,6 +14,8 @@ void reply_cb(const resp::reply* reply, void* priv) noexcept {
   o->bus->on_reply(o, reply);
 }
 
+}  // namespace
+
 /// What a reply from Redis may hold (a bound past it drops the link, see redis_link.hpp). A bulk
 /// string: one event's data plus its id and a space (a `message`'s payload), with room to spare.
 /// An array: a replay's `lost` flag and id/data pairs for at most history_size entries, plus
@@ -31,16 +33,45 @@ resp::limits reply_limits(const redis_bus_options& o) noexcept {
   return l;
 }
 
-}  // namespace
 
 // ---- set-up and shutdown --------------------------------------------------------------------
 
 redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
-    : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}),
-      _node_channel(std::string(node_prefix) + random_node_id()) {
+    : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}), _node_id(random_node_id()),
+      _node_channel(std::string(node_prefix) + _node_id) {
+  _instances.reserve(max_instances);  // never moved: other threads read them (up_at)
+  if (_o.cluster) {
+    // The masters come from the cluster's map (apply_map); the seeds are where it is asked.
+    _slot_owner.reset(new std::atomic<std::uint16_t>[cluster_slots]);
+    for (std::uint32_t k = 0; k < cluster_slots; ++k) _slot_owner[k].store(no_home, std::memory_order_relaxed);
+    _slot_epoch.resize(cluster_slots);
+    for (const auto& t : _o.targets) _map_sources.emplace_back(t.host, t.port);
+    // CLUSTER SLOTS: a range per element at most (16,384), each naming its master and replicas.
+    resp::limits map_limits;
+    map_limits.max_bulk = 4096;
+    map_limits.max_elements = 8 * cluster_slots;
+    map_limits.max_depth = 5;
+    map_limits.max_total = 64u << 20;
+    redis_link::listener& self = *this;
+    _probe = std::make_unique<redis_link>(_loop, probe_key, self, redis_link::options{false, map_limits, &_n.protocol_errors});
+    // The limits every slot's functions read, written into the library (no key is common to
+    // all slots): nodes sharing a cluster agree on them; the last one set up wins.
+    _library = redis_functions;
+    const std::string line = "local cluster_config = nil -- @cluster_config@";
+    const auto at = _library.find(line);
+    if (at != std::string::npos)
+      _library.replace(at, line.size(),
+                       "local cluster_config = {" + std::to_string(_o.history_size) + ", " +
+                           std::to_string(std::uint64_t(_o.history_ttl * 1000)) + ", " +
+                           std::to_string(_o.max_event_bytes) + "}");
+    return;
+  }
   const resp::limits limits = reply_limits(_o);
-  for (std::uint32_t k = 0; k < _o.targets.size(); ++k)
+  for (std::uint32_t k = 0; k < _o.targets.size(); ++k) {
     _instances.push_back(std::make_unique<instance>(*this, k, _o.targets[k], limits, &_n.protocol_errors));
+    _instances.back()->node_channel = _node_channel;
+  }
+  _instance_count.store(std::uint32_t(_instances.size()), std::memory_order_release);
 }
 
 redis_bus::~redis_bus() { stop(); }
@@ -63,39 +94,73 @@ void redis_bus::stop() {
   _loop.request_drain();
   if (_thread.joinable()) _thread.join();
   for (auto& in : _instances) in->up = false;
+  _all_up = _any_up = false;
 }
 
-bool redis_bus::up() const noexcept {
-  for (const auto& in : _instances)
-    if (!in->up.load(std::memory_order_acquire)) return false;
-  return !_instances.empty();
+/// The bus thread: whether every Redis that serves topics is up, and whether any is (read by
+/// other threads), after one came or went, or a cluster's map changed.
+void redis_bus::refresh_up() noexcept {
+  bool all = !_instances.empty() && (!_o.cluster || _map_covered), any = false;
+  for (const auto& in : _instances) {
+    if (!in->serving) continue;
+    const bool up = in->up.load(std::memory_order_relaxed);
+    all &= up;
+    any |= up;
+  }
+  _all_up.store(all, std::memory_order_release);
+  _any_up.store(any, std::memory_order_release);
 }
 
-bool redis_bus::any_up() const noexcept {
-  for (const auto& in : _instances)
-    if (in->up.load(std::memory_order_acquire)) return true;
-  return false;
-}
+bool redis_bus::up() const noexcept { return _all_up.load(std::memory_order_acquire); }
+
+bool redis_bus::any_up() const noexcept { return _any_up.load(std::memory_order_acquire); }
 
 bool redis_bus::up_at(std::size_t k) const noexcept {
-  return k < _instances.size() && _instances[k]->up.load(std::memory_order_acquire);
+  return k < _instance_count.load(std::memory_order_acquire) && _instances.data()[k]->up.load(std::memory_order_acquire);
 }
 
-bool redis_bus::up_for(std::string_view topic) const noexcept {
-  return up_at(_instances.size() == 1 ? 0 : shard_of(topic, std::uint32_t(_instances.size())));
+bool redis_bus::up_for(std::string_view topic) const noexcept { return up_at(home_of(topic)); }
+
+/// Any thread: the index of the Redis that holds `topic` (no_home: a cluster's slot not known
+/// to be served yet).
+std::uint32_t redis_bus::home_of(std::string_view topic) const noexcept {
+  if (_o.cluster) return _slot_owner[topic_slot(topic)].load(std::memory_order_acquire);
+  const auto n = std::uint32_t(_o.targets.size());
+  return n == 1 ? 0 : shard_of(topic, n);
 }
 
-redis_bus::instance& redis_bus::home(std::string_view topic) noexcept {
-  return *_instances[_instances.size() == 1 ? 0 : shard_of(topic, std::uint32_t(_instances.size()))];
+redis_bus::instance* redis_bus::home(std::string_view topic) noexcept {
+  const std::uint32_t k = home_of(topic);
+  return k < _instances.size() ? _instances[k].get() : nullptr;
 }
 
 redis_bus::instance& redis_bus::of_link(const redis_link& l) noexcept { return *_instances[(l.key() - 1) / 2]; }
+
+/// `wspush:`, or under Redis Cluster `wspush:{<tag>}:` of the topic's slot (redis_route.hpp).
+std::string redis_bus::place_of(std::string_view topic) const {
+  if (!_o.cluster) return "wspush:";
+  return "wspush:{" + std::string(slot_tag(topic_slot(topic))) + "}:";
+}
+
+std::string redis_bus::stream_key(std::string_view topic) const { return place_of(topic) + "stream:" + std::string(topic); }
+
+std::string redis_bus::channel_of(std::string_view topic) const { return place_of(topic) + "topic:" + std::string(topic); }
+
+/// The topic of one of its channels (empty: not a topic's channel).
+std::string_view redis_bus::topic_of_channel(std::string_view channel) const noexcept {
+  if (!_o.cluster) return channel.substr(0, topic_prefix.size()) == topic_prefix ? channel.substr(topic_prefix.size()) : std::string_view{};
+  constexpr std::string_view head = "wspush:{", tail = "}:topic:";
+  if (channel.substr(0, head.size()) != head) return {};
+  const auto end = channel.find(tail, head.size());
+  return end == std::string_view::npos ? std::string_view{} : channel.substr(end + tail.size());
+}
 
 std::uint64_t redis_bus::on_drain_begin() noexcept {
   for (auto& in : _instances) {
     in->sub.disconnect();
     in->cmd.disconnect();
   }
+  if (_probe) _probe->disconnect();
   flush_settled();  // the publishes the links took with them: no turn follows
   return 0;
 }
@@ -280,17 +345,20 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
   for (auto& p : _instances) {
     instance& in = *p;
     const bool up = in.up.load(std::memory_order_relaxed);
-    if (!up && in.sub.idle() && in.cmd.idle() && std::int32_t(tick - in.retry_at) >= 0) connect_links(in);
+    if (!up && in.serving && in.sub.idle() && in.cmd.idle() && std::int32_t(tick - in.retry_at) >= 0) connect_links(in);
     if (up && !in.mark_in_flight && (std::int32_t(tick - in.next_mark_tick) >= 0 || !in.unfloored.empty()))
       send_mark(in);
   }
+  if (_o.cluster && !_map_in_flight && (_map_wanted || std::int32_t(tick - _next_map_tick) >= 0)) ask_map();
   expire_held();
   watch_stall();
 }
 
 void redis_bus::send_mark(instance& in) noexcept {
   auto* o = new (std::nothrow) op{op::mark};
-  if (!o || !command(in, {"FCALL", "wspush_mark", "0", _node_channel}, o)) return;
+  const bool ok = _o.cluster ? o && command(in, {"FCALL", "wspush_mark", "1", in.node_channel}, o)
+                             : o && command(in, {"FCALL", "wspush_mark", "0", _node_channel}, o);
+  if (!ok) return;
   in.mark_in_flight = true;
   in.next_mark_tick = _tick + mark_every_ticks;
 }
@@ -356,6 +424,7 @@ void redis_bus::watch_stall() noexcept {
 }
 
 void redis_bus::on_ready(std::uint64_t key, bool r, bool w) noexcept {
+  if (key == probe_key && _probe) return _probe->on_ready(r, w);
   if (key == 0 || (key - 1) / 2 >= _instances.size()) return;
   instance& in = *_instances[(key - 1) / 2];
   (key % 2 ? in.sub : in.cmd).on_ready(r, w);

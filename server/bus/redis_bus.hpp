@@ -68,6 +68,7 @@
 
 #include "pool/buffer_pool.hpp"
 #include "server/base/counter.hpp"
+#include "server/bus/cluster_map.hpp"
 #include "server/bus/redis_link.hpp"
 #include "server/bus/redis_url.hpp"
 #include "server/conn/compression.hpp"
@@ -78,7 +79,8 @@
 namespace wspush::server::bus {
 
 struct redis_bus_options {
-  std::vector<redis_target> targets;  ///< each Redis (isolated shards, in --bus order): at least one
+  std::vector<redis_target> targets;  ///< each Redis (isolated shards, in --bus order), or a cluster's seeds: at least one
+  bool cluster = false;               ///< targets are the seed nodes of a Redis Cluster
   std::uint32_t history_size = 100;  ///< --history-size: MAXLEN of each topic's stream
   double history_ttl = 300;          ///< --history-ttl: entries older than this are trimmed
   /// The largest event data: written into Redis (wspush_publish refuses more), and what
@@ -172,8 +174,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bus_publish publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout);
 
   const redis_bus_counters& counters() const noexcept { return _n; }
-  /// How many Redis the bus spans, each one's address, and whether it is up (any thread).
-  std::size_t redis_count() const noexcept { return _instances.size(); }
+  /// How many Redis the bus spans, each one's address, and whether it is up (any thread). 0
+  /// under Redis Cluster: its masters come and go.
+  std::size_t redis_count() const noexcept { return _o.cluster ? 0 : _o.targets.size(); }
   const redis_target& target(std::size_t k) const noexcept { return _o.targets[k]; }
   bool up_at(std::size_t k) const noexcept;
 
@@ -214,8 +217,22 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void on_push(redis_link& l, const resp::reply& r) noexcept override;
   void watch_stall() noexcept;
 
-  instance& home(std::string_view topic) noexcept;  // the Redis that holds it
+  std::uint32_t home_of(std::string_view topic) const noexcept;  // the Redis that holds it (none: not known yet)
+  instance* home(std::string_view topic) noexcept;
   instance& of_link(const redis_link& l) noexcept;
+  void refresh_up() noexcept;
+  // Names in Redis: a topic's stream key and channel, a Redis's own channel for this node.
+  std::string place_of(std::string_view topic) const;
+  std::string stream_key(std::string_view topic) const;
+  std::string channel_of(std::string_view topic) const;
+  std::string_view topic_of_channel(std::string_view channel) const noexcept;
+  // Redis Cluster (redis_bus_cluster.cpp).
+  void ask_map() noexcept;
+  void map_arrived(const resp::reply* r) noexcept;
+  void apply_map(const cluster_map& m, const std::string& from_host);
+  void rehome(const std::string& topic, std::uint32_t to) noexcept;
+  void unsettle(std::uint64_t pid, std::vector<std::uint64_t>& subs) noexcept;
+  void moved_off(instance& in, const std::string& topic) noexcept;
   topic_state& state_of(const std::string& topic);
   bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true) noexcept;
   void take_requests() noexcept;
@@ -225,6 +242,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void gather_publish(request& r) noexcept;
   void send_publishes() noexcept;  // every Redis's
   void send_publishes(instance& in) noexcept;
+  void send_batch(instance& in, std::span<request* const> run) noexcept;
   void publish_refused(request& r) noexcept;
   void publishes_answered(op& o, const resp::reply* r) noexcept;
   void on_sub_message(instance& in, const resp::reply* r) noexcept;
@@ -268,8 +286,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void ready_check(instance& in) noexcept;
   void setup_refused(instance& in, std::string_view error) noexcept;
   void start_catchup(const std::string& topic) noexcept;
-  void note_catchup_start(topic_state& ts) noexcept;
-  std::string mark_moment(const instance& in) const;
+  void note_catchup_start(topic_state& ts, const std::string& topic) noexcept;
+  std::string mark_moment(const instance& in, std::string_view topic) const;
   void add_positions(const pending& p, pubsub::bus_reply& r);
   bool command(instance& in, std::initializer_list<std::string_view> args, op* o) noexcept;
   bool command(instance& in, std::span<const std::string_view> args, op* o) noexcept;
@@ -290,12 +308,13 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::thread _thread;
   std::atomic<bool> _running{false};
   std::atomic<bool> _stalled{false};
+  std::atomic<bool> _all_up{false}, _any_up{false};  // refresh_up()
 
   // Requests from other threads.
   std::mutex _req_m;
   std::vector<request> _requests, _taking;
   std::atomic<bool> _unwoken{false};  // publish_queue posted without waking the loop
-  bool _told_node_bytes = false;       // the stream-node-max-bytes advice is logged once
+  bool _node_bytes_asked = false;      // stream-node-max-bytes is asked of the first Redis set up
   // Scratch for a command's arguments (command(): kept, so that a command allocates nothing
   // once warm).
   std::vector<std::string_view> _argv;
@@ -303,8 +322,24 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::vector<std::size_t> _argl;
 
   // The bus thread's state.
-  std::vector<std::unique_ptr<instance>> _instances;  // each Redis, in --bus order
-  std::string _node_channel;  // this node's own channel on each Redis (markers, marks)
+  std::vector<std::unique_ptr<instance>> _instances;  // each Redis, in --bus order (a cluster: each master seen)
+  std::atomic<std::uint32_t> _instance_count{0};      // any thread reads the instances below it
+  std::string _node_id;       // this node's, in its own channels
+  std::string _node_channel;  // this node's own channel on each Redis (markers, marks; a cluster: per master)
+  // Redis Cluster: which master serves each slot (any thread reads it: up_for), the link that
+  // asks a node for the map, the addresses it asks in turn, each slot's epoch as last seen in an
+  // id, and the library with the limits written in.
+  std::unique_ptr<std::atomic<std::uint16_t>[]> _slot_owner;
+  std::unique_ptr<redis_link> _probe;
+  std::vector<std::pair<std::string, std::uint16_t>> _map_sources;
+  std::size_t _next_source = 0;
+  bool _map_wanted = true, _map_in_flight = false;
+  std::uint32_t _next_map_tick = 0;
+  bool _map_covered = false;
+  std::vector<std::string> _slot_epoch;
+  std::string _library;
+  std::vector<std::string> _keys;  // scratch: a batch's stream keys, and their count
+  std::string _numkeys;
   std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;

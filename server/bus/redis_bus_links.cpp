@@ -17,12 +17,15 @@ void redis_bus::connect_links(instance& in) noexcept {
 }
 
 void redis_bus::on_link_up(redis_link& l) noexcept {
+  if (&l == _probe.get()) return ask_map();
   instance& in = of_link(l);
   if (&l == &in.cmd) setup_command_link(in);
   else setup_subscriber_link(in);
 }
 
-void redis_bus::on_push(redis_link& l, const resp::reply& r) noexcept { on_sub_message(of_link(l), &r); }
+void redis_bus::on_push(redis_link& l, const resp::reply& r) noexcept {
+  if (&l != _probe.get()) on_sub_message(of_link(l), &r);
+}
 
 /// Both links to a Redis are set up: the bus is up on it; its topics resubscribed after an
 /// outage catch up, and the subs that waited for it go on.
@@ -30,6 +33,7 @@ void redis_bus::ready_check(instance& in) noexcept {
   if (!in.cmd_ready || !in.sub_ready || in.up.load(std::memory_order_relaxed)) return;
   in.up = true;
   in.backoff_ticks = 0;
+  refresh_up();
   std::size_t held = 0;
   for (auto& [t, ts] : _topics) {
     if (ts.home != in.index) continue;
@@ -48,9 +52,13 @@ void redis_bus::ready_check(instance& in) noexcept {
 /// arrived, and a topic's last event covers them). A moment, not an event: its seq is the
 /// largest, which no stream issues (is_moment), and wspush_replay reads it in mark mode. Empty
 /// before the first mark.
-std::string redis_bus::mark_moment(const instance& in) const {
-  if (in.mark_epoch.empty()) return {};
-  return in.mark_epoch + ':' + std::to_string(in.mark_ms - 1) + "-18446744073709551615";
+/// Under Redis Cluster the epoch is the topic's slot's, as last seen in an id (each slot has its
+/// own; a mark carries its channel's): none seen, no moment.
+std::string redis_bus::mark_moment(const instance& in, std::string_view topic) const {
+  if (in.mark_epoch.empty() || in.mark_ms == 0) return {};
+  const std::string& epoch = _o.cluster ? _slot_epoch[topic_slot(topic)] : in.mark_epoch;
+  if (epoch.empty() || !valid_epoch(epoch)) return {};
+  return epoch + ':' + std::to_string(in.mark_ms - 1) + "-18446744073709551615";
 }
 
 /// `subbed`'s positions: each topic new to the connection is at the last mark heard on the
@@ -61,17 +69,20 @@ std::string redis_bus::mark_moment(const instance& in) const {
 /// ahead of a Redis whose clock is behind).
 void redis_bus::add_positions(const pending& p, pubsub::bus_reply& r) {
   for (std::size_t k = 0; k < p.parts.size(); ++k) {
+    if (!p.parts[k].joins || p.parts[k].home >= _instances.size()) continue;
     const instance& in = *_instances[p.parts[k].home];
-    if (!p.parts[k].joins || !in.mark_current || in.mark_epoch.empty()) continue;
+    if (!in.mark_current) continue;
+    std::string at = mark_moment(in, p.parts[k].topic);
+    if (at.empty()) continue;
     r.at.resize(p.parts.size());
-    r.at[k] = mark_moment(in);
+    r.at[k] = std::move(at);
   }
 }
 
 /// Where a topic's catch-up starts, fixed when an outage of its Redis begins: the later of
 /// that Redis's last mark (when the topic was subscribed before it) and its last event. With
 /// neither, the node cannot know.
-void redis_bus::note_catchup_start(topic_state& ts) noexcept {
+void redis_bus::note_catchup_start(topic_state& ts, const std::string& topic) noexcept {
   const instance& in = *_instances[ts.home];
   std::string best;
   std::uint64_t best_at = 0;
@@ -80,7 +91,7 @@ void redis_bus::note_catchup_start(topic_state& ts) noexcept {
     if (best.empty() || (same_epoch(id, best) ? key_of(id) > key_of(best) : at > best_at)) best = id, best_at = at;
   };
   try {
-    if (ts.floored && !in.mark_epoch.empty()) consider(mark_moment(in), in.mark_at);
+    if (ts.floored) consider(mark_moment(in, topic), in.mark_at);
     consider(ts.last_id, ts.last_at);
     if (ts.catchup_known) consider(ts.catchup_since, ts.catchup_at);
   } catch (...) {
@@ -141,9 +152,18 @@ pool::frame_ref redis_bus::lost_frame(std::string_view topic) noexcept {
 }
 
 /// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
+/// Under Redis Cluster: AUTH, the functions with the limits written in, and the epoch of the
+/// slot of this node's channel there (made if missing: it says ready).
 void redis_bus::setup_command_link(instance& in) noexcept {
   const redis_target& t = in.target;
   if (!t.password.empty()) command(in, {"AUTH", t.password}, new op{op::setup});
+  if (_o.cluster) {
+    command(in, {"FUNCTION", "LOAD", "REPLACE", _library}, new op{op::setup});
+    const std::string key = "wspush:{" + std::string(slot_tag(in.node_slot)) + "}:epoch";
+    command(in, {"FCALL", "wspush_epoch", "1", key, std::string_view(_node_id).substr(0, 5)}, new op{op::epoch});
+    if (!_node_bytes_asked) _node_bytes_asked = command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
+    return;
+  }
   const std::string db = std::to_string(t.db);
   if (t.db != 0) command(in, {"SELECT", db}, new op{op::setup});
   command(in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
@@ -154,7 +174,7 @@ void redis_bus::setup_command_link(instance& in) noexcept {
   // The salt: the shards of a bus are set up together, and their epochs must differ.
   command(in, {"FCALL", "wspush_epoch", "0", std::string_view(_node_channel).substr(_node_channel.size() - 5)},
           new op{op::epoch});
-  if (!_told_node_bytes) command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
+  if (!_node_bytes_asked) _node_bytes_asked = command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
 }
 
 /// AUTH, then this node's channel and every topic a shard holds on this Redis, in batches.
@@ -165,8 +185,9 @@ void redis_bus::setup_subscriber_link(instance& in) noexcept {
     std::size_t lens[] = {4, t.password.size()};
     in.sub.command(2, argv, lens, nullptr, nullptr);
   }
-  const char* argv[] = {"SUBSCRIBE", _node_channel.c_str()};
-  std::size_t lens[] = {9, _node_channel.size()};
+  const char* verb = _o.cluster ? "SSUBSCRIBE" : "SUBSCRIBE";
+  const char* argv[] = {verb, in.node_channel.c_str()};
+  std::size_t lens[] = {std::strlen(verb), in.node_channel.size()};
   in.sub.command(2, argv, lens, nullptr, nullptr);  // answered by pushes: on_push
   for (auto& [topic, ts] : _topics) {
     if (ts.holders == 0 || ts.home != in.index) continue;
@@ -188,6 +209,12 @@ void redis_bus::setup_refused(instance& in, std::string_view error) noexcept {
 }
 
 void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {
+  if (&l == _probe.get()) {
+    _map_in_flight = false;
+    _map_wanted = true;
+    if (_running) log_ratelimited(log_level::warn, "bus: the cluster's map: %s", why.c_str());
+    return;
+  }
   instance& in = of_link(l);
   went_down(in, in.refusal.empty() ? why : in.refusal, &l);
 }
@@ -212,35 +239,14 @@ void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone
   // topics are subscribed again on the next connection. Catch-ups under way on it are done
   // again then, from where they started (the topic keeps it; the live events they held back
   // were not handed on).
-  std::vector<std::uint64_t> catchups, subs, paced;
-  for (auto& [pid, p] : _pending) {
-    bool here = false;
-    for (const auto& part : p.parts) here |= part.home == in.index;
-    if (!here) continue;
-    if (p.kind == pending::catchup) {
-      catchups.push_back(pid);
-      continue;
-    }
-    if (p.held) continue;
-    if (p.answered) {  // part of its replay went out: it cannot start again (the shard closes it)
-      paced.push_back(pid);
-      continue;
-    }
-    unhook(p);  // its places on the other Redis's topics go too: it enlists again from the start
-    p.unconfirmed = p.replies_left = p.markers_left = 0;
-    p.marker_seen = p.marker_sent = false;
-    for (auto& part : p.parts) {
-      part.cursor.clear();
-      part.lost = part.replaying = part.overflow = false;
-      part.last = {};
-      part.last_id.clear();
-      part.entries.clear();
-      part.live.clear();
-    }
-    subs.push_back(pid);
-  }
-  for (std::uint64_t pid : catchups) forget(_pending.find(pid));
-  for (std::uint64_t pid : paced) drop_pending(pid);
+  std::vector<std::uint64_t> here, subs;
+  for (auto& [pid, p] : _pending)
+    for (const auto& part : p.parts)
+      if (part.home == in.index) {
+        here.push_back(pid);
+        break;
+      }
+  for (std::uint64_t pid : here) unsettle(pid, subs);
   for (std::uint64_t pid : subs) park(pid);
   in.mark_in_flight = false;
   in.mark_current = false;  // positions wait for a mark heard on the next links
@@ -259,7 +265,7 @@ void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone
       _n.topics.sub();
       // Its subscribers stayed: what they miss is caught up, from where this outage began
       // (or the earlier one, still owed).
-      if (ts.holders > 0 && !owed) note_catchup_start(ts);
+      if (ts.holders > 0 && !owed) note_catchup_start(ts, it->first);
       ts.needs_catchup = ts.holders > 0;
     }
     ts.floored = ts.listed = false;  // subscribed again later: the next mark after that is its floor
@@ -273,9 +279,42 @@ void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone
   in.to_subscribe.clear();
   in.to_unsubscribe.clear();
   in.awaiting = 0;
+  refresh_up();
+  if (_o.cluster) _map_wanted = true;  // a failover, maybe: where are its slots now?
   in.backoff_ticks = std::clamp(in.backoff_ticks * 2, min_backoff_ticks, max_backoff_ticks);
   static thread_local std::minstd_rand jitter(std::random_device{}());
   in.retry_at = _tick + in.backoff_ticks / 2 + jitter() % (in.backoff_ticks / 2 + 1);
+}
+
+/// A sub or catch-up under way that can no longer go on where it is (its Redis went away, or a
+/// topic of it moved to another master): a catch-up is forgotten (the topic redoes it), a sub
+/// whose replay has begun to go out fails (the shard closes its connection), and any other sub
+/// is reset to start again, its pid put in `subs` to be held (park) until its Redis are up.
+void redis_bus::unsettle(std::uint64_t pid, std::vector<std::uint64_t>& subs) noexcept {
+  auto it = _pending.find(pid);
+  if (it == _pending.end()) return;
+  pending& p = it->second;
+  if (p.kind == pending::catchup) return forget(it);
+  if (p.held) return;
+  if (p.answered) return drop_pending(pid);
+  unhook(p);  // its places on the other Redis's topics go too: it enlists again from the start
+  p.unconfirmed = p.replies_left = p.markers_left = 0;
+  p.marker_seen = p.marker_sent = false;
+  for (auto& part : p.parts) {
+    const auto t = _topics.find(part.topic);
+    part.home = t != _topics.end() ? t->second.home : home_of(part.topic);
+    part.cursor.clear();
+    part.lost = part.replaying = part.overflow = false;
+    part.last = {};
+    part.last_id.clear();
+    part.entries.clear();
+    part.live.clear();
+  }
+  try {
+    subs.push_back(pid);
+  } catch (...) {
+    drop_pending(pid);
+  }
 }
 
 }  // namespace wspush::server::bus

@@ -23,6 +23,7 @@
 namespace wspush::server::bus {
 
 extern const char* const redis_functions;  // wspush.lua, built in (redis_functions.cpp)
+resp::limits reply_limits(const redis_bus_options& o) noexcept;  // what one reply from Redis may hold
 
 namespace detail {
 
@@ -30,6 +31,10 @@ namespace detail {
 inline constexpr std::uint64_t link_key(std::size_t instance, bool subscriber) noexcept {
   return 2 * std::uint64_t(instance) + (subscriber ? 1 : 2);
 }
+inline constexpr std::uint64_t probe_key = (std::uint64_t(1) << 40) - 1;  // a cluster's map link (within the loop's 56-bit keys)
+inline constexpr std::uint32_t no_home = 0xFFFF;       // a slot no master is known to serve
+inline constexpr std::size_t max_instances = 1024;      // masters a cluster may show, over the node's life
+inline constexpr std::uint32_t map_every_ticks = 100;   // a cluster's map asked again every 5 s
 inline constexpr std::string_view topic_prefix = "wspush:topic:";
 inline constexpr std::string_view node_prefix = "wspush:node:";
 inline constexpr std::size_t channels_per_command = 1000;
@@ -153,6 +158,7 @@ struct redis_bus::request {
   std::shared_ptr<waiter> w;
   std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
   std::uint64_t room = 0;         // more: what the connection can take (bytes)
+  std::uint32_t slot = 0;         // a publish under Redis Cluster: its topic's (batches are per slot)
 };
 
 /// One publish of a batch (op::publishes), answered from its element of the reply.
@@ -166,7 +172,7 @@ struct redis_bus::batched_pub {
 };
 
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, node_bytes, other };
+  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, node_bytes, slots, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
@@ -181,13 +187,15 @@ struct redis_bus::op {
 /// One Redis of the bus: its two links and what the bus knows of it. The bus is up on it once
 /// both links are set up; each Redis connects, fails and comes back on its own.
 struct redis_bus::instance {
-  instance(redis_bus& bus, std::uint32_t i, const redis_target& t, const resp::limits& limits,
-           relaxed_counter* errors) noexcept
-      : index(i), target(t), sub(bus._loop, link_key(i, true), bus, {true, limits, errors}),
+  instance(redis_bus& bus, std::uint32_t i, redis_target t, const resp::limits& limits, relaxed_counter* errors)
+      : index(i), target(std::move(t)), sub(bus._loop, link_key(i, true), bus, {true, limits, errors}),
         cmd(bus._loop, link_key(i, false), bus, {false, limits, errors}) {}
   const std::uint32_t index;
-  const redis_target& target;
+  const redis_target target;
   redis_link sub, cmd;
+  bool serving = true;        // a cluster's master that serves slots (else it is left alone)
+  std::string node_channel;   // this node's channel there (a cluster: a shard channel in a slot it serves)
+  std::uint32_t node_slot = no_home;  // a cluster: that channel's slot
   std::atomic<bool> up{false};
   bool stalled = false;
   bool cmd_ready = false, sub_ready = false;

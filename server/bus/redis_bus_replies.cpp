@@ -17,7 +17,10 @@ void redis_bus::gather_publish(request& r) noexcept {
     if (r.w->withdrawn) return;  // its publisher was told unavailable: keep that true
     r.w->sent = true;            // (a failed send settles it as unavailable)
   }
-  instance& in = home(r.topic);
+  instance* where = home(r.topic);
+  if (!where) return publish_refused(r);  // a cluster's slot no master is known to serve
+  instance& in = *where;
+  if (_o.cluster) r.slot = topic_slot(r.topic);
   try {
     in.gathered.push_back(&r);
   } catch (...) {
@@ -31,18 +34,45 @@ void redis_bus::send_publishes() noexcept {
   for (auto& in : _instances) send_publishes(*in);
 }
 
-/// The publishes gathered for a Redis go to it in one FCALL wspush_publish_batch.
+/// The publishes gathered for a Redis go to it in one FCALL wspush_publish_batch; under Redis
+/// Cluster one per slot (a call's keys share one), in the order they came within each.
 void redis_bus::send_publishes(instance& in) noexcept {
   auto& gathered = in.gathered;
   if (gathered.empty()) return;
+  if (!_o.cluster) {
+    send_batch(in, gathered);
+  } else {
+    std::stable_sort(gathered.begin(), gathered.end(), [](const request* a, const request* b) { return a->slot < b->slot; });
+    for (std::size_t at = 0; at < gathered.size();) {
+      std::size_t n = 1;
+      while (at + n < gathered.size() && gathered[at + n]->slot == gathered[at]->slot) ++n;
+      send_batch(in, std::span<request* const>(gathered.data() + at, n));
+      at += n;
+    }
+  }
+  gathered.clear();
+  in.gathered_bytes = 0;
+}
+
+void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept {
   auto* o = new (std::nothrow) op{op::publishes};
   bool sent = false;
   if (o) {
     try {
-      o->pubs.resize(gathered.size());
-      _argv.assign({"FCALL", "wspush_publish_batch", "0"});
-      for (std::size_t k = 0; k < gathered.size(); ++k) {
-        const request& r = *gathered[k];
+      o->pubs.resize(run.size());
+      _argv.assign({"FCALL", "wspush_publish_batch"});
+      if (_o.cluster) {
+        // A stream key per pair: the function's declared keys (all of the run's one slot).
+        _keys.resize(run.size());
+        for (std::size_t k = 0; k < run.size(); ++k) _keys[k] = stream_key(run[k]->topic);
+        _numkeys = std::to_string(run.size());
+        _argv.push_back(_numkeys);
+        for (std::size_t k = 0; k < run.size(); ++k) _argv.push_back(_keys[k]);
+      } else {
+        _argv.push_back("0");
+      }
+      for (std::size_t k = 0; k < run.size(); ++k) {
+        const request& r = *run[k];
         _argv.push_back(r.topic);
         _argv.push_back(r.data);
         batched_pub& b = o->pubs[k];
@@ -58,13 +88,11 @@ void redis_bus::send_publishes(instance& in) noexcept {
       delete o;
     }
   }
-  for (std::size_t k = 0; k < gathered.size(); ++k) {
-    request& r = *gathered[k];
+  for (std::size_t k = 0; k < run.size(); ++k) {
+    request& r = *run[k];
     if (!sent) publish_refused(r);
     else if (r.kind == request::client_pub) o->pubs[k].topic = std::move(r.topic);  // sent: the bytes are copied
   }
-  gathered.clear();
-  in.gathered_bytes = 0;
 }
 
 /// A publish that did not go (down, or no memory): its publisher hears it.
@@ -82,7 +110,12 @@ void redis_bus::pub_answered(std::size_t bytes) noexcept { _pub_bytes.fetch_sub(
 
 void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
   std::unique_ptr<op> hold(o);
+  if (o->kind == op::slots) return map_arrived(r);
   instance& in = *o->in;
+  // A slot served elsewhere now (a reshard, a failover): the map is asked again. What was
+  // refused so is answered as refused (it did not run), and a retry goes to the new master.
+  if (_o.cluster && r != nullptr && r->type == resp::reply_type::error && parse_redirect(str(r)).kind != redirect::none)
+    _map_wanted = true;
   const bool error = r == nullptr || r->type == resp::reply_type::error;
   switch (o->kind) {
     case op::setup:
@@ -171,17 +204,19 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       return;
     case op::node_bytes: {
       // {name, value}; refused (an ACL user without CONFIG, a renamed command): nothing said.
+      // No answer (the link went): asked again of the next Redis set up.
+      if (r == nullptr) _node_bytes_asked = false;
       if (error || r->type != resp::reply_type::array || r->elements != 2) return;
       std::uint64_t bytes = 0;
       const std::string_view v = str(r->element[1]);
       if (std::from_chars(v.data(), v.data() + v.size(), bytes).ec != std::errc{} || bytes <= 1024) return;
-      _told_node_bytes = true;
       log(log_level::warn, "bus: Redis keeps each topic's history in blocks of %llu bytes (stream-node-max-bytes): "
           "a topic with a few small events costs about %llu bytes of Redis memory, a million such topics %.1f GB; "
           "512 keeps such a topic under 1 KB and its first publish cheaper (docs/REDIS.md)",
           static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(bytes + 300), double(bytes + 300) / 1e3);
       return;
     }
+    case op::slots:  // answered above
     case op::marker:
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
@@ -232,23 +267,37 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
 /// Everything a subscriber connection hears: subscribe and unsubscribe confirmations, events.
 void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
   if (r == nullptr || r->type != resp::reply_type::array || r->elements < 3) return;
-  const std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
+  std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
+  if (_o.cluster && kind.substr(0, 1) == "s") kind.remove_prefix(1);  // the sharded twins: smessage, ssubscribe, ...
   if (kind == "message") {
     const std::string_view payload = str(r->element[2]);
-    if (channel == _node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(in, payload) : marker(payload);
-    if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
-    return live(channel.substr(topic_prefix.size()), payload);
+    if (channel == in.node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(in, payload) : marker(payload);
+    const std::string_view topic = topic_of_channel(channel);
+    if (topic.empty()) return;
+    return live(topic, payload);
   }
-  if (channel == _node_channel) {
+  if (channel == in.node_channel) {
     if (kind == "subscribe") {
       in.sub_ready = true;
       ready_check(in);
+    } else if (kind == "unsubscribe" && _o.cluster) {
+      // Its slot left this master: the node's channel there is chosen again (apply_map).
+      _map_wanted = true;
+      went_down(in, "the slot of this node's channel moved", nullptr);
     }
     return;
   }
-  if (channel.substr(0, topic_prefix.size()) != topic_prefix) return;
-  const std::string topic(channel.substr(topic_prefix.size()));
+  const std::string_view bare = topic_of_channel(channel);
+  if (bare.empty()) return;
+  const std::string topic(bare);
   if (kind == "subscribe" || kind == "unsubscribe") {
+    if (_o.cluster && kind == "unsubscribe") {
+      auto it = _topics.find(topic);
+      if (it != _topics.end() && it->second.state != topic_state::unsubscribing && it->second.home == in.index) {
+        // Not asked: Redis Cluster dropped it, its slot having left this master.
+        return moved_off(in, topic);
+      }
+    }
     if (in.awaiting > 0) --in.awaiting;
     if (kind == "subscribe") confirmed(in, topic);
     else unsubscribed(in, topic);
@@ -293,6 +342,12 @@ void redis_bus::live(std::string_view topic, std::string_view payload) noexcept 
   }
   _n.events_in.add();
   const std::string_view id = payload.substr(0, space), data = payload.substr(space + 1);
+  if (_o.cluster) {
+    // Each slot's epoch as last seen: what a mark is read in for its topics (mark_moment).
+    std::string& e = _slot_epoch[topic_slot(topic)];
+    const std::string_view epoch = id.substr(0, id.find(':'));
+    if (e != epoch) e.assign(epoch);
+  }
   auto it = _topics.find(std::string(topic));
   pool::frame_ref f = frame_event(topic, id, data);
   if (!f) {

@@ -36,14 +36,14 @@ void redis_bus::handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept {
 /// A topic's state, made (and given its Redis) on first use.
 redis_bus::topic_state& redis_bus::state_of(const std::string& topic) {
   auto [it, fresh] = _topics.try_emplace(topic);
-  if (fresh) it->second.home = home(topic).index;
+  if (fresh) it->second.home = home_of(topic);
   return it->second;
 }
 
 /// Every Redis that holds one of the sub's topics is up.
 bool redis_bus::all_up(const pending& p) const noexcept {
   for (const auto& part : p.parts)
-    if (!_instances[part.home]->up.load(std::memory_order_relaxed)) return false;
+    if (part.home >= _instances.size() || !_instances[part.home]->up.load(std::memory_order_relaxed)) return false;
   return true;
 }
 
@@ -62,6 +62,7 @@ void redis_bus::enlist(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
   for (auto& part : p.parts) {
     topic_state& ts = state_of(part.topic);
+    if (ts.home != part.home || ts.home >= _instances.size()) return park(pid);  // moved: waits for the map
     if (ts.state == topic_state::idle) {
       ts.state = topic_state::subscribing;
       _instances[ts.home]->to_subscribe.push_back(part.topic);
@@ -98,6 +99,10 @@ void redis_bus::unpark_ready() noexcept {
   for (std::uint64_t pid : held) {
     auto it = _pending.find(pid);
     if (it == _pending.end() || !it->second.held) continue;
+    for (auto& part : it->second.parts) {  // a cluster's topic may have moved meanwhile
+      const auto t = _topics.find(part.topic);
+      if (t != _topics.end()) part.home = t->second.home;
+    }
     if (!all_up(it->second)) {
       try {
         _held_subs.push_back(pid);
@@ -166,31 +171,43 @@ void redis_bus::send_batches(instance& in) noexcept {
     if (in.small_batch_tick == _tick) return;
     in.small_batch_tick = _tick;
   }
+  // Under Redis Cluster a command's shard channels share one slot: the topics go sorted by
+  // slot, a command per slot (still at most channels_per_command each).
   auto send = [this, &in](std::string_view verb, std::vector<std::string>& topics) {
-    for (std::size_t at = 0; at < topics.size(); at += channels_per_command) {
-      const std::size_t n = std::min(channels_per_command, topics.size() - at);
+    if (_o.cluster)
+      std::stable_sort(topics.begin(), topics.end(),
+                       [](const std::string& a, const std::string& b) { return topic_slot(a) < topic_slot(b); });
+    for (std::size_t at = 0; at < topics.size();) {
+      std::size_t n = std::min(channels_per_command, topics.size() - at);
+      if (_o.cluster) {
+        const std::uint32_t slot = topic_slot(topics[at]);
+        std::size_t same = 1;
+        while (same < n && topic_slot(topics[at + same]) == slot) ++same;
+        n = same;
+      }
       std::vector<std::string> channels;
       channels.reserve(n);
       std::vector<const char*> argv{verb.data()};
       std::vector<std::size_t> lens{verb.size()};
       for (std::size_t k = 0; k < n; ++k) {
-        channels.push_back(std::string(topic_prefix) + topics[at + k]);
+        channels.push_back(channel_of(topics[at + k]));
         argv.push_back(channels.back().data());
         lens.push_back(channels.back().size());
       }
       if (!in.sub.command(int(argv.size()), argv.data(), lens.data(), nullptr, nullptr)) return;
-      (verb == "SUBSCRIBE" ? _n.subscribes : _n.unsubscribes).add();
+      (verb.find("UNSUBSCRIBE") == std::string_view::npos ? _n.subscribes : _n.unsubscribes).add();
       in.awaiting += n;
+      at += n;
     }
     topics.clear();
   };
-  if (!in.to_subscribe.empty()) send("SUBSCRIBE", in.to_subscribe);
-  if (!in.to_unsubscribe.empty()) send("UNSUBSCRIBE", in.to_unsubscribe);
+  if (!in.to_subscribe.empty()) send(_o.cluster ? "SSUBSCRIBE" : "SUBSCRIBE", in.to_subscribe);
+  if (!in.to_unsubscribe.empty()) send(_o.cluster ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", in.to_unsubscribe);
 }
 
 void redis_bus::confirmed(instance& in, const std::string& topic) noexcept {
   auto it = _topics.find(topic);
-  if (it == _topics.end()) return;
+  if (it == _topics.end() || it->second.home != in.index) return;  // moved meanwhile: a late answer
   topic_state& ts = it->second;
   if (ts.state != topic_state::subscribing) return;
   ts.state = topic_state::active;
@@ -224,7 +241,7 @@ void redis_bus::confirmed(instance& in, const std::string& topic) noexcept {
 
 void redis_bus::unsubscribed(instance& in, const std::string& topic) noexcept {
   auto it = _topics.find(topic);
-  if (it == _topics.end() || it->second.state != topic_state::unsubscribing) return;
+  if (it == _topics.end() || it->second.state != topic_state::unsubscribing || it->second.home != in.index) return;
   _n.topics.sub();
   if (it->second.holders > 0) {  // held again meanwhile: subscribe again
     it->second.floored = false;   // not subscribed in between: no floor until the next mark
@@ -315,9 +332,19 @@ void redis_bus::pump_pages(instance& in) noexcept {
     const auto n = std::to_chars(bytes, bytes + sizeof bytes, room).ptr - bytes;
     auto* o = new (std::nothrow) op{op::replay, pid, k};
     if (o) o->tag = in.link_gen;
-    if (!o || !command(in, {"FCALL", "wspush_replay", "0", part.topic, first ? part.since : part.cursor, mode,
-                        replay_page_entries, std::string_view(bytes, std::size_t(n))},
-                       o)) {
+    const std::string_view from = first ? part.since : part.cursor, page(bytes, std::size_t(n));
+    bool sent = false;
+    if (o && _o.cluster) {
+      try {
+        const std::string key = stream_key(part.topic);
+        sent = command(in, {"FCALL", "wspush_replay", "1", key, part.topic, from, mode, replay_page_entries, page}, o);
+      } catch (...) {
+        delete o;
+      }
+    } else if (o) {
+      sent = command(in, {"FCALL", "wspush_replay", "0", part.topic, from, mode, replay_page_entries, page}, o);
+    }
+    if (!sent) {
       drop_pending(pid);
       continue;
     }
@@ -341,7 +368,8 @@ void redis_bus::maybe_finish(std::uint64_t pid) noexcept {
       if (bit && (sent_to & bit)) continue;
       sent_to |= bit;
       auto* o = new (std::nothrow) op{op::marker, pid};
-      if (!o || !command(*_instances[part.home], {"PUBLISH", _node_channel, token}, o)) return drop_pending(pid);
+      instance& in = *_instances[part.home];
+      if (!o || !command(in, {_o.cluster ? "SPUBLISH" : "PUBLISH", in.node_channel, token}, o)) return drop_pending(pid);
       ++p.markers_left;
     }
     p.marker_sent = true;

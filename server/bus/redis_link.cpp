@@ -105,7 +105,7 @@ bool redis_link::command(int argc, const char** argv, const std::size_t* lens, r
   std::uint32_t pushes = 0;
   if (_o.subscriber) {
     const std::string_view verb(argv[0], lens[0]);
-    if (verb == "SUBSCRIBE" || verb == "UNSUBSCRIBE") {
+    if (verb == "SUBSCRIBE" || verb == "UNSUBSCRIBE" || verb == "SSUBSCRIBE" || verb == "SUNSUBSCRIBE") {
       pushes = argc > 1 ? std::uint32_t(argc - 1) : 1;  // one push per channel
       _subscribed = true;
     } else if (verb == "PING" && _subscribed) {
@@ -249,12 +249,16 @@ bool redis_link::dispatch_push(const resp::reply& r) noexcept {
   const std::string_view kind = text(*r.element[0]);
   bool answers = true;
   bool ok = false;
-  if (kind == "message") {
+  if (kind == "message" || kind == "smessage") {
     answers = false;
     ok = r.elements == 3 && is(1, resp::reply_type::string) && is(2, resp::reply_type::string);
-  } else if (kind == "subscribe" || kind == "unsubscribe") {
+  } else if (kind == "subscribe" || kind == "unsubscribe" || kind == "ssubscribe" || kind == "sunsubscribe") {
     ok = r.elements == 3 && (is(1, resp::reply_type::string) || is(1, resp::reply_type::nil)) &&
          is(2, resp::reply_type::integer);
+    // Redis Cluster unsubscribes a shard channel by itself when its slot leaves the node: such a
+    // push answers nothing (while none is awaited; one that comes among awaited ones is counted,
+    // and a count gone wrong so ends the link, which subscribes everything again).
+    answers = !(kind == "sunsubscribe" && (_pending.empty() || _pending.front().pushes == 0));
   } else if (kind == "pong") {
     ok = r.elements == 2 && is(1, resp::reply_type::string);
   }

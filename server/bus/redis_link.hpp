@@ -38,8 +38,9 @@ class redis_link {
     /// The connection failed or ended (`why` for the log); the link is idle again. Callbacks
     /// of commands still pending have been called with a null reply before this.
     virtual void on_link_down(redis_link& l, const std::string& why) noexcept = 0;
-    /// A subscriber link's push (`message`, `subscribe`, `unsubscribe`, `pong`), its shape
-    /// checked: an array of 2 (pong) or 3 elements, the first a bulk string. Valid for the call.
+    /// A subscriber link's push (`message`, `subscribe`, `unsubscribe`, their sharded twins
+    /// `smessage`, `ssubscribe`, `sunsubscribe`, and `pong`), its shape checked: an array of 2
+    /// (pong) or 3 elements, the first a bulk string. Valid for the call.
     virtual void on_push(redis_link&, const resp::reply&) noexcept {}
   };
 

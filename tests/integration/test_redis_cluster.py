@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""wspush's Redis functions under a real Redis Cluster (3 masters, 3 replicas, made with
-`redis-cli --cluster create` on loopback), driven as a backend would, with raw RESP.
+"""The Redis bus over a real Redis Cluster (3 masters, 3 replicas, made with `redis-cli --cluster
+create` on loopback): wspush's functions driven as a backend would, with raw RESP, then two
+wspush nodes on `--bus redis-cluster://<every node>` with Python `websockets` clients.
 
 - a topic's keys named with its slot's tag (docs/REDIS.md) fall in the topic's slot, for the
   documented vectors and for topics spread over the three masters (CLUSTER KEYSLOT);
@@ -12,17 +13,29 @@
 - on another master the call is redirected (MOVED); a key that is not the topic's stream, or a
   batch over two slots, is refused;
 - `wspush_publish_batch` with a stream key per pair, `wspush_replay` with the stream key (paged),
-  `wspush_epoch` with a slot's epoch key, `wspush_mark` on a node's shard channel.
-The nodes' use of the cluster (--bus redis-cluster://...) is not built yet.
-Exit 0 pass, 1 fail.
+  `wspush_epoch` with a slot's epoch key, `wspush_mark` on a node's shard channel;
+- two nodes: one `sub` over topics of all three masters gets what the other node publishes (the
+  admin API, a client's pub) and what a backend publishes into the cluster, each once; each
+  node's subscriptions are shard channels on the topic's master (`PUBSUB SHARDCHANNELS`), none
+  a plain channel; a resume on the other node over all three masters replays each topic and
+  joins live; the nodes hear marks from every master;
+- a --bus with a cluster seed that is not a cluster node keeps the node down and says why.
+Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
+import asyncio
 import os
 import socket
 import sys
+import time
+import urllib.error
+import urllib.request
+
+import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisCluster, RedisServer, _encode, _read_resp  # noqa: E402
-from wsp_testlib import Findings, arg_parser, check, run_main, scaled  # noqa: E402
+from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
+                         publish_ok, recv_json, run_main, scaled, subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TTL_MS = 60000
@@ -205,6 +218,118 @@ def batch_epoch_mark(c: RedisCluster) -> None:
         sub.close()
 
 
+# ---- nodes on the cluster ---------------------------------------------------------------------------
+
+def node(args, bus: str) -> ServerProcess:
+    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                      extra=["--bus", bus, "--threads", "2", "--history-size", "1000", "--allow-client-publish"]).start()
+    check(poll_until(lambda: metric(s, "wspush_bus_up") == 1 and readyz(s) == 200, scaled(20)),
+          "a node did not come up on the cluster\n" + s.log_tail())
+    return s
+
+
+def readyz(s: ServerProcess) -> int:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}/readyz", timeout=scaled(5)).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def connect(s: ServerProcess):
+    return await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, max_size=None)
+
+
+async def nodes_deliver(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> None:
+    spread = spread_topics(c)
+    topics = list(spread.values())
+    wa = await connect(a)
+    wb = await connect(b)
+    try:
+        r = await subscribe(wa, topics)
+        check(r.get("lost") == [], f"a sub over three masters: {r}")
+        for t in topics:
+            eid = publish_ok(b, t, {"to": t})
+            e = await recv_json(wa)
+            check(e == {"topic": t, "id": eid, "data": {"to": t}}, f"A got {e} for {t}")
+            owner = c.node_of(slot_of(t))
+            check(eid.split(":")[0] == owner.command("GET", keys(t)[2]), f"{eid}: not its slot's epoch")
+        # A client's pub on B, and a backend's publish straight into the cluster.
+        for t in topics:
+            await wb.send(f'{{"op":"pub","topic":"{t}","data":"from b"}}')
+            e = await recv_json(wa)
+            check(e.get("topic") == t and e.get("data") == "from b", f"a client's pub of {t}: {e}")
+            eid = c.node_of(slot_of(t)).command("FCALL", "wspush_publish", "1", keys(t)[0], t, '"backend"')
+            e = await recv_json(wa)
+            check(e == {"topic": t, "id": eid, "data": "backend"}, f"a backend's publish of {t}: {e}")
+        # Where the node is subscribed: shard channels, each on its topic's master.
+        for port, t in spread.items():
+            owner = next(n for n in c.nodes if n.port == port)
+            listed = owner.command("PUBSUB", "SHARDCHANNELS", "wspush:*:topic:*")
+            check(keys(t)[1] in listed, f"{t}'s shard channel is not on its master {port}: {listed}")
+            for other in c.masters():
+                if other.port != port:
+                    check(keys(t)[1] not in other.command("PUBSUB", "SHARDCHANNELS", "wspush:*"),
+                          f"{t}'s shard channel on another master {other.port}")
+        for m in c.masters():
+            check(m.command("PUBSUB", "CHANNELS") == [], f"a plain channel on master {m.port}")
+        # Each event came once: a fence on each topic is the next thing heard.
+        for t in topics:
+            fence = publish_ok(a, t, "fence")
+            e = await recv_json(wa)
+            check(e.get("id") == fence, f"expected only the fence of {t}, got {e}")
+    finally:
+        await wa.close()
+        await wb.close()
+
+
+async def resume_on_other_node(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> None:
+    topics = [f"resume:{k}" for k in range(6)]
+    wa = await connect(a)
+    await subscribe(wa, topics)
+    first = {t: publish_ok(a, t, 0) for t in topics}
+    for _ in topics:
+        await recv_json(wa)
+    await wa.close()
+    later = {t: [publish_ok(a, t, n) for n in (1, 2, 3)] for t in topics}
+    check(len({c.node_of(slot_of(t)).port for t in topics}) > 1, "the resumed topics are all on one master")
+    wb = await connect(b)
+    try:
+        r = await subscribe(wb, topics, since=first)
+        check(r.get("lost") == [], f"a resume over the masters: {r}")
+        got = {t: [] for t in topics}
+        for _ in range(3 * len(topics)):
+            e = await recv_json(wb)
+            got[e["topic"]].append((e["id"], e["data"]))
+        for t in topics:
+            check(got[t] == list(zip(later[t], (1, 2, 3))), f"the replay of {t}: {got[t]}")
+        for t in topics:
+            eid = publish_ok(a, t, 4)
+            e = await recv_json(wb)
+            check(e.get("id") == eid and e.get("data") == 4, f"live after the resume of {t}: {e}")
+    finally:
+        await wb.close()
+
+
+def marks_from_every_master(a: ServerProcess) -> None:
+    before = metric(a, "wspush_bus_marks_total")
+    # Once a second from each of the three masters.
+    check(poll_until(lambda: metric(a, "wspush_bus_marks_total") >= before + 6, scaled(10)),
+          f"marks heard: {metric(a, 'wspush_bus_marks_total') - before:.0f} in the wait")
+
+
+def not_a_cluster(args) -> None:
+    plain = RedisServer().start()
+    try:
+        s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                          extra=["--bus", f"redis-cluster://127.0.0.1:{plain.port}"]).start()
+        check(poll_until(lambda: "does not give the cluster's map" in s.log_tail(40), scaled(10)),
+              "a seed that is no cluster node was not said\n" + s.log_tail())
+        check(readyz(s) == 503 and metric(s, "wspush_bus_up") == 0, "a node on a seed that is no cluster is up")
+        s.kill()
+    finally:
+        plain.close()
+
+
 def main(args) -> None:
     c = RedisCluster().start()
     try:
@@ -216,6 +341,14 @@ def main(args) -> None:
         f.step("shard channels only", shard_channels_listed, c)
         f.step("keys that are not the topic's, slots mixed: refused", refusals, c)
         f.step("a batch, a slot's epoch, a mark", batch_epoch_mark, c)
+        a = node(args, c.url)
+        b = node(args, c.url)
+        f.step("two nodes on the cluster: delivery over three masters", lambda: asyncio.run(nodes_deliver(c, a, b)))
+        f.step("a resume on the other node over the masters", lambda: asyncio.run(resume_on_other_node(c, a, b)))
+        f.step("marks from every master", marks_from_every_master, a)
+        f.step("a seed that is no cluster node", not_a_cluster, args)
+        for s in (a, b):
+            check(not s.crashed(), "a node crashed\n" + s.log_tail())
         for n in c.nodes:
             check(not n.crashed(), f"a cluster node crashed (exit {n.proc.returncode})")
         f.done()
