@@ -11,7 +11,8 @@ the publish window (/proc). The node is pinned to --node-cpu with --threads 1; t
 generator and Redis share --client-cpu (or Redis gets --redis-cpu). With --shards N the Redis
 bus spans N isolated shards (N redis-servers in one --bus list); give several to compare: each
 Redis's CPU per publish is printed, their sum and the busiest one's (the bus carries about
-1 / busiest events per second of one core when Redis is what limits it).
+1 / busiest events per second of one core when Redis is what limits it). With --cluster N, a Redis
+Cluster of N masters (no replicas, N >= 3) instead.
 
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush
   loadgen/scenarios/bus_vs_embedded.py --wspush /path/to/before/wspush --wspush build/server/wspush --rounds 2
@@ -35,7 +36,7 @@ import redis
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from wsp_redis import RedisServer  # noqa: E402
+from wsp_redis import RedisCluster, RedisServer  # noqa: E402
 
 
 def free_port() -> int:
@@ -101,13 +102,20 @@ def redis_cpu(r) -> float:
     return sum(r.cpus())
 
 
-def run(a, binary: str, shards: int) -> None:
-    bus = shards > 0
+def run(a, binary: str, shards: int, cluster: int = 0) -> None:
+    bus = shards > 0 or cluster > 0
     servers = []
     r = None
     extra = []
+    c = None
     try:
-        if bus:
+        if cluster:
+            c = RedisCluster(masters=cluster, replicas=0, persistent=False, cpu=a.redis_cpu or a.client_cpu,
+                             extra=("--stream-node-max-bytes", str(a.node_bytes))).start()
+            r = Shards([redis.Redis(port=n.port) for n in c.nodes])
+            extra = ["--bus", c.url]
+            shards = cluster
+        elif bus:
             for _ in range(shards):
                 servers.append(RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
                                            extra=("--stream-node-max-bytes", str(a.node_bytes))).start())
@@ -130,7 +138,8 @@ def run(a, binary: str, shards: int) -> None:
             lg = subprocess.Popen(["taskset", "-c", a.client_cpu, a.loadgen, "mailboxes", "--url", f"ws://127.0.0.1:{port}/ws",
                                    "--admin", f"http://127.0.0.1:{aport}", "--connections", str(a.mailboxes),
                                    "--messages", str(events), "--procs", "2", "--server-pid", str(srv.pid), "--json",
-                                   "--quiet", "--connect-timeout", "120", "--timeout", "300"],
+                                   "--quiet", "--connect-timeout", "120", "--timeout", "300",
+                                   "--pipeline", str(a.pipeline), "--publish-batch", str(a.publish_batch)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             # The publish window: from the first delivery to the last, sampled every 10 ms.
             first = last = None
@@ -156,7 +165,7 @@ def run(a, binary: str, shards: int) -> None:
         except (ValueError, IndexError):
             print(f"{binary}: the load generator gave no result: {stderr[-300:]}", flush=True)
             return
-        line = (f"{binary} {f'redis x{shards}' if bus else 'embedded'}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
+        line = (f"{binary} {(f'cluster x{cluster}' if cluster else f'redis x{shards}') if bus else 'embedded'}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
                 f"p50 {j['latency_us']['p50'] / 1000:.2f} ms, p99 {j['latency_us']['p99'] / 1000:.2f} ms, "
                 f"delivered {j['counters']['deliveries']}, lost {j['loss']}, doubled {j['counters']['duplicates']}")
         if bus:
@@ -191,6 +200,8 @@ def run(a, binary: str, shards: int) -> None:
     finally:
         for rs in servers:
             rs.close()
+        if c:
+            c.close()
 
 
 def main() -> None:
@@ -206,13 +217,18 @@ def main() -> None:
     p.add_argument("--redis-cpu", default="", help="where redis-server runs (default: --client-cpu)")
     p.add_argument("--shards", type=int, action="append", help="Redis shards of the bus (repeat to compare; default 1)")
     p.add_argument("--no-embedded", action="store_true", help="only the Redis bus")
+    p.add_argument("--cluster", type=int, action="append", default=[], help="masters of a Redis Cluster (repeat to compare)")
+    p.add_argument("--pipeline", type=int, default=32, help="admin publish requests in flight (the load generator's)")
+    p.add_argument("--publish-batch", type=int, default=1, help="events per admin request (POST /publish/batch above 1)")
     a = p.parse_args()
     for _ in range(a.rounds):
         for binary in a.wspush:
             if not a.no_embedded:
                 run(a, binary, 0)
-            for n in a.shards or [1]:
+            for n in a.shards or ([] if a.cluster else [1]):
                 run(a, binary, n)
+            for n in a.cluster:
+                run(a, binary, 0, n)
 
 
 if __name__ == "__main__":

@@ -116,13 +116,14 @@ class RedisCluster:
     whose port + 10000, the cluster bus, is free). A start returns once every node says
     cluster_state:ok and every slot is served."""
 
-    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000):
+    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000, persistent: bool = True,
+                 extra: "tuple[str, ...]" = (), cpu: Optional[str] = None):
         if shutil.which("redis-cli") is None:
             raise AssertionError("redis-cli is needed (Debian package redis-tools)")
         self.replicas = replicas
-        self.nodes = [RedisServer(port=reserve_cluster_port(),
+        self.nodes = [RedisServer(port=reserve_cluster_port(), persistent=persistent, cpu=cpu,
                                   extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                         "--cluster-node-timeout", str(node_timeout_ms)))
+                                         "--cluster-node-timeout", str(node_timeout_ms), *extra))
                       for _ in range(masters * (1 + replicas))]
 
     @property
