@@ -338,8 +338,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool _map_covered = false;
   std::vector<std::string> _slot_epoch;
   std::string _library;
-  std::vector<std::string> _keys;  // scratch: a batch's stream keys, and their count
-  std::string _numkeys;
+  std::vector<std::string> _keys;  // scratch: a batch's stream keys
   std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;

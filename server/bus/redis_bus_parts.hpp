@@ -158,7 +158,6 @@ struct redis_bus::request {
   std::shared_ptr<waiter> w;
   std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
   std::uint64_t room = 0;         // more: what the connection can take (bytes)
-  std::uint32_t slot = 0;         // a publish under Redis Cluster: its topic's (batches are per slot)
 };
 
 /// One publish of a batch (op::publishes), answered from its element of the reply.

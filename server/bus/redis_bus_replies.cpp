@@ -20,7 +20,6 @@ void redis_bus::gather_publish(request& r) noexcept {
   instance* where = home(r.topic);
   if (!where) return publish_refused(r);  // a cluster's slot no master is known to serve
   instance& in = *where;
-  if (_o.cluster) r.slot = topic_slot(r.topic);
   try {
     in.gathered.push_back(&r);
   } catch (...) {
@@ -35,21 +34,12 @@ void redis_bus::send_publishes() noexcept {
 }
 
 /// The publishes gathered for a Redis go to it in one FCALL wspush_publish_batch; under Redis
-/// Cluster one per slot (a call's keys share one), in the order they came within each.
+/// Cluster in one FCALL wspush_publish_many over the slots of the master (a mailbox a slot:
+/// one call per slot would be a call per event).
 void redis_bus::send_publishes(instance& in) noexcept {
   auto& gathered = in.gathered;
   if (gathered.empty()) return;
-  if (!_o.cluster) {
-    send_batch(in, gathered);
-  } else {
-    std::stable_sort(gathered.begin(), gathered.end(), [](const request* a, const request* b) { return a->slot < b->slot; });
-    for (std::size_t at = 0; at < gathered.size();) {
-      std::size_t n = 1;
-      while (at + n < gathered.size() && gathered[at + n]->slot == gathered[at]->slot) ++n;
-      send_batch(in, std::span<request* const>(gathered.data() + at, n));
-      at += n;
-    }
-  }
+  send_batch(in, gathered);
   gathered.clear();
   in.gathered_bytes = 0;
 }
@@ -60,19 +50,18 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
   if (o) {
     try {
       o->pubs.resize(run.size());
-      _argv.assign({"FCALL", "wspush_publish_batch"});
       if (_o.cluster) {
-        // A stream key per pair: the function's declared keys (all of the run's one slot).
+        // The first stream key declared (it routes the call to this master), then a stream key
+        // before each topic and data.
         _keys.resize(run.size());
         for (std::size_t k = 0; k < run.size(); ++k) _keys[k] = stream_key(run[k]->topic);
-        _numkeys = std::to_string(run.size());
-        _argv.push_back(_numkeys);
-        for (std::size_t k = 0; k < run.size(); ++k) _argv.push_back(_keys[k]);
+        _argv.assign({"FCALL", "wspush_publish_many", "1", _keys[0]});
       } else {
-        _argv.push_back("0");
+        _argv.assign({"FCALL", "wspush_publish_batch", "0"});
       }
       for (std::size_t k = 0; k < run.size(); ++k) {
         const request& r = *run[k];
+        if (_o.cluster) _argv.push_back(_keys[k]);
         _argv.push_back(r.topic);
         _argv.push_back(r.data);
         batched_pub& b = o->pubs[k];
@@ -116,6 +105,10 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
   // refused so is answered as refused (it did not run), and a retry goes to the new master.
   if (_o.cluster && r != nullptr && r->type == resp::reply_type::error && parse_redirect(str(r)).kind != redirect::none)
     _map_wanted = true;
+  if (_o.cluster && o->kind == op::publishes && r != nullptr && r->type == resp::reply_type::array)
+    for (std::size_t k = 0; k < r->elements; ++k)
+      if (r->element[k]->type == resp::reply_type::error && str(r->element[k]).find("not served here") != std::string_view::npos)
+        _map_wanted = true;  // wspush_publish_many: a slot moved
   const bool error = r == nullptr || r->type == resp::reply_type::error;
   switch (o->kind) {
     case op::setup:

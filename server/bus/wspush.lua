@@ -194,6 +194,49 @@ local function publish_batch(keys, args)
   return out
 end
 
+-- Under Redis Cluster, the nodes' own batch over the slots of one master:
+-- FCALL wspush_publish_many 1 <the first stream key> <stream key> <topic> <data> [...]
+--   -> { <an id, or an error>, ... }: one per triple, in order. A triple whose slot this master
+--   does not serve (it moved, or is moving) is answered with an error and not published; the
+--   others are. Each slot's epoch is read once per call.
+local function publish_many(keys, args)
+  if #keys ~= 1 or #args == 0 or #args % 3 ~= 0 then
+    return redis.error_reply('ERR wspush: one declared key, then stream key, topic and data triples expected')
+  end
+  local maxlen, ttl, max_bytes = config('wspush:{-}:')
+  local t = redis.call('TIME')
+  local base = {maxlen = tostring(maxlen), max_bytes = max_bytes, t = t,
+                expire = ttl > 0 and tostring(2 * ttl) or nil}
+  local out, any, epochs = {}, false, {}
+  for i = 1, #args, 3 do
+    local key, topic, data = args[i], args[i + 1], args[i + 2]
+    local p = string.match(key, '^(wspush:{[0-9a-z]+}:)stream:')
+    local r, created
+    if not p then
+      r = redis.error_reply('ERR wspush: not a stream key')
+    else
+      -- Every call on a slot this master does not serve fails before it writes: caught here,
+      -- so that what this call published is answered as published.
+      local e = epochs[p]
+      local ok = true
+      if not e then
+        ok, e = pcall(epoch, p)
+        if ok then epochs[p] = e end
+      end
+      if ok then
+        local x = {maxlen = base.maxlen, max_bytes = base.max_bytes, t = t, expire = base.expire, prefix = e .. ':',
+                   space = p, key = key}
+        ok, r, created = pcall(publish_one, topic, data, x, true)
+      end
+      if not ok then r = redis.error_reply('ERR wspush: the slot of ' .. tostring(topic) .. ' is not served here') end
+    end
+    out[#out + 1] = r
+    any = any or created
+  end
+  if any then wait_past(t) end
+  return out
+end
+
 -- FCALL wspush_replay 0 <topic> <since id> [mark]
 --   -> { lost (0|1), id1, data1, id2, data2, ... }: the entries after <since>, oldest first.
 -- FCALL wspush_replay 0 <topic> <since id> <mark|event> <max entries> <max bytes>
@@ -309,6 +352,7 @@ end
 
 redis.register_function{function_name = 'wspush_publish', callback = publish}
 redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch}
+redis.register_function{function_name = 'wspush_publish_many', callback = publish_many, flags = {'allow-cross-slot-keys'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-writes'}}
 
 -- The sweep. A stream has no TTL: one would cost every publish a PEXPIRE, and every lookup of

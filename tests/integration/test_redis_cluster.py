@@ -218,6 +218,35 @@ def batch_epoch_mark(c: RedisCluster) -> None:
         sub.close()
 
 
+def publish_many(c: RedisCluster) -> None:
+    """The nodes' batch over the slots of one master: each triple published, or refused alone
+    when its slot is served elsewhere."""
+    m = c.masters()[0]
+    mine = [t for t in (f"many:{k}" for k in range(400)) if c.node_of(slot_of(t)).port == m.port][:5]
+    other = next(t for t in (f"many:{k}" for k in range(400)) if c.node_of(slot_of(t)).port != m.port)
+    check(len({slot_of(t) for t in mine}) == len(mine), "the batch's topics share a slot")
+    order = mine[:2] + [other] + mine[2:]
+    args = []
+    for t in order:
+        args += [keys(t)[0], t, f'"{t}"']
+    subs = [ShardSubscriber(m, keys(t)[1]) for t in mine]
+    try:
+        out = m.command("FCALL", "wspush_publish_many", "1", keys(mine[0])[0], *args)
+        check(isinstance(out, list) and len(out) == len(order), f"wspush_publish_many answered {out}")
+        for t, r in zip(order, out):
+            if t == other:
+                check(isinstance(r, RuntimeError) and "not served here" in str(r), f"a topic of another master: {r}")
+                check(c.node_of(slot_of(other)).command("EXISTS", keys(other)[0]) == 0, "it was published anyway")
+            else:
+                check(r.split(":")[0] == m.command("GET", keys(t)[2]), f"{t}: {r}")
+        for t, sub in zip(mine, subs):
+            msg = sub.next()
+            check(msg[1] == keys(t)[1] and msg[2].endswith(f'"{t}"'), f"{t}'s shard channel carried {msg}")
+    finally:
+        for sub in subs:
+            sub.close()
+
+
 # ---- nodes on the cluster ---------------------------------------------------------------------------
 
 def node(args, bus: str) -> ServerProcess:
@@ -341,6 +370,7 @@ def main(args) -> None:
         f.step("shard channels only", shard_channels_listed, c)
         f.step("keys that are not the topic's, slots mixed: refused", refusals, c)
         f.step("a batch, a slot's epoch, a mark", batch_epoch_mark, c)
+        f.step("the nodes' batch over the slots of a master", publish_many, c)
         a = node(args, c.url)
         b = node(args, c.url)
         f.step("two nodes on the cluster: delivery over three masters", lambda: asyncio.run(nodes_deliver(c, a, b)))

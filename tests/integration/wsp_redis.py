@@ -191,7 +191,9 @@ def _encode(*args) -> bytes:
     return out
 
 
-def _read_resp(f):
+def _read_resp(f, top: bool = True):
+    """One RESP value. An error is raised (RuntimeError) at the top; within an array it is
+    returned as a RuntimeError, so that the rest of the array is read."""
     line = f.readline()
     if not line:
         raise OSError("redis closed the connection")
@@ -199,7 +201,9 @@ def _read_resp(f):
     if kind == b"+":
         return rest.decode()
     if kind == b"-":
-        raise RuntimeError(rest.decode())
+        if top:
+            raise RuntimeError(rest.decode())
+        return RuntimeError(rest.decode())
     if kind == b":":
         return int(rest)
     if kind == b"$":
@@ -210,5 +214,5 @@ def _read_resp(f):
         return data.decode()
     if kind == b"*":
         n = int(rest)
-        return None if n < 0 else [_read_resp(f) for _ in range(n)]
+        return None if n < 0 else [_read_resp(f, False) for _ in range(n)]
     raise OSError(f"unexpected RESP {line!r}")
