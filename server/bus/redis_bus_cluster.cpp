@@ -130,7 +130,13 @@ void redis_bus::apply_map(const cluster_map& m, const std::string& from_host) {
       // come back on the subscriber link, in order with the topics' messages).
       in.node_slot = first_slot[in.index];
       in.node_channel = "wspush:{" + std::string(slot_tag(in.node_slot)) + "}:node:" + _node_id;
-      if (!in.sub.idle() || !in.cmd.idle()) went_down(in, "this node's channel there moved with its slot");
+      // Links set up already move to it (a new channel on the same link: the publishes in
+      // flight there go on); a marker sent to the old one is answered MOVED (op::marker).
+      if (in.sub.connected() && in.sub_ready) {
+        const char* argv[] = {"SSUBSCRIBE", in.node_channel.c_str()};
+        std::size_t lens[] = {10, in.node_channel.size()};
+        if (!in.sub.command(2, argv, lens, nullptr, nullptr)) went_down(in, "cannot move this node's channel there");
+      }
     }
     if (!serving && in.serving && (!in.sub.idle() || !in.cmd.idle())) went_down(in, "it serves no slot any more");
     in.serving = serving;

@@ -209,8 +209,15 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
           static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(bytes + 300), double(bytes + 300) / 1e3);
       return;
     }
-    case op::slots:  // answered above
     case op::marker:
+      // Refused: under Redis Cluster the node's channel moved with its slot (MOVED) before the
+      // marker went; the sub cannot know where its replay ends and fails (its client may retry).
+      if (error && r != nullptr) {
+        log_ratelimited(log_level::warn, "bus: a marker: %.*s", int(str(r).size()), str(r).data());
+        drop_pending(o->pid);
+      }
+      return;
+    case op::slots:  // answered above
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;
@@ -274,9 +281,7 @@ void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
       in.sub_ready = true;
       ready_check(in);
     } else if (kind == "unsubscribe" && _o.cluster) {
-      // Its slot left this master: the node's channel there is chosen again (apply_map).
-      _map_wanted = true;
-      went_down(in, "the slot of this node's channel moved", nullptr);
+      _map_wanted = true;  // its slot left this master: the node's channel there is chosen again (apply_map)
     }
     return;
   }

@@ -25,7 +25,9 @@ Exit 0 pass, 1 fail, 77 io_uring unavailable.
 import asyncio
 import os
 import socket
+import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,7 +37,7 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_redis import RedisCluster, RedisServer, _encode, _read_resp  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
-                         publish_ok, recv_json, run_main, scaled, subscribe)
+                         publish, publish_ok, recv_json, run_main, scaled, subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TTL_MS = 60000
@@ -339,6 +341,99 @@ async def resume_on_other_node(c: RedisCluster, a: ServerProcess, b: ServerProce
         await wb.close()
 
 
+class Publisher(threading.Thread):
+    """Publishes 1, 2, 3, ... to each of its topics in turn through a node's admin API until
+    stopped. A publish refused with 503 did not run: it is sent again (what a backend does); a
+    504 (sent, no answer) could have run, so it is recorded, and the test cannot say exactly
+    once about that topic."""
+
+    def __init__(self, node_: ServerProcess, topics: "list[str]"):
+        super().__init__(daemon=True)
+        self.node, self.topics = node_, topics
+        self.n = {t: 0 for t in topics}
+        self.stop_flag = threading.Event()
+        self.refused = 0
+        self.errors = []
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            for t in self.topics:
+                status, body = publish(self.node, t, self.n[t] + 1)
+                if status == 503:
+                    self.refused += 1
+                    continue  # sent again in the next turn
+                if status != 200:
+                    self.errors.append((t, status, body))
+                    return
+                self.n[t] += 1
+
+
+async def follow(ws, topics: "list[str]", last: "dict[str, int]", until: "dict[str, int]", seconds: float) -> None:
+    """Reads events until every topic reached `until`; each must be the next of its topic
+    (`last`: the last of each so far, updated)."""
+    deadline = time.monotonic() + scaled(seconds)
+    while any(last[t] < until[t] for t in topics):
+        check(time.monotonic() < deadline, f"stuck at {last} of {until}")
+        try:
+            e = await recv_json(ws, seconds)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"nothing more after {last} (of {until}); the node: " + DIAG()) from None
+        if e.get("op") == "lost":
+            raise AssertionError(f"told {e.get('topics')} lost, after {last}")
+        t = e.get("topic")
+        check(t in last and e.get("data") == last[t] + 1, f"{t}: got {e.get('data')} after {last.get(t)} (a gap or a duplicate)")
+        last[t] = e["data"]
+
+
+def DIAG() -> str:
+    return ""
+
+
+async def reshard_under_load(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> None:
+    """Slots move between masters (redis-cli --cluster reshard) while a publisher runs: the
+    subscriber on the other node gets every event once, in order."""
+    src = c.masters()[0]
+    dst = c.masters()[1]
+    first = min(f for f, _, port, _ in c.slots() if port == src.port)
+    moved = [t for t in (f"reshard:{k}" for k in range(20000)) if first <= slot_of(t) < first + 50][:2]
+    stay = next(t for t in (f"stay:{k}" for k in range(400)) if c.node_of(slot_of(t)).port == dst.port)
+    topics = moved + [stay]
+    check(len(moved) == 2, "no topic in the slots that move")
+    global DIAG
+    DIAG = lambda: (", ".join(f"{m} {metric(a, m):.0f}" for m in ("wspush_bus_topics", "wspush_bus_pending",
+                                                                   "wspush_bus_held_subs", "wspush_bus_catchup_events_total",
+                                                                   "wspush_bus_reconnects_total")) +
+                    "; shard channels: " + "; ".join(f"{m.port}: {m.command('PUBSUB', 'SHARDCHANNELS', 'wspush:*')}"
+                                                       for m in c.masters()) +
+                    f"; slots of the moved topics at {[c.node_of(slot_of(t)).port for t in moved]}; the publisher at "
+                    f"{pub.n}, {'running' if pub.is_alive() else 'stopped'}, {pub.errors[:2]}\n" + a.log_tail(40))
+    ws = await connect(a)
+    await subscribe(ws, topics)
+    pub = Publisher(b, topics)
+    pub.start()
+    try:
+        last = {t: 0 for t in topics}
+        await follow(ws, topics, last, {t: 20 for t in topics}, 30)
+        src_id, dst_id = src.command("CLUSTER", "MYID"), dst.command("CLUSTER", "MYID")
+        done = subprocess.run(["redis-cli", "--cluster", "reshard", f"127.0.0.1:{src.port}", "--cluster-from", src_id,
+                               "--cluster-to", dst_id, "--cluster-slots", "100", "--cluster-yes"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=scaled(120))
+        check(done.returncode == 0, f"redis-cli --cluster reshard failed: {done.stdout[-400:]} {done.stderr[-400:]}")
+        for t in moved:
+            check(c.node_of(slot_of(t)).port == dst.port, f"{t}'s slot did not move")
+        target = {t: pub.n[t] + 30 for t in topics}
+        await follow(ws, topics, last, target, 60)
+        # The node now subscribes the moved topics at their new master.
+        listed = dst.command("PUBSUB", "SHARDCHANNELS", "wspush:*:topic:reshard:*")
+        check(all(keys(t)[1] in listed for t in moved), f"the moved topics at their new master: {listed}")
+    finally:
+        pub.stop_flag.set()
+        pub.join()
+        await ws.close()
+    check(not pub.errors, f"publisher: {pub.errors[:2]}")
+    print(f"    {pub.refused} publishes refused while the slots moved, sent again")
+
+
 def marks_from_every_master(a: ServerProcess) -> None:
     before = metric(a, "wspush_bus_marks_total")
     # Once a second from each of the three masters.
@@ -376,6 +471,8 @@ def main(args) -> None:
         f.step("two nodes on the cluster: delivery over three masters", lambda: asyncio.run(nodes_deliver(c, a, b)))
         f.step("a resume on the other node over the masters", lambda: asyncio.run(resume_on_other_node(c, a, b)))
         f.step("marks from every master", marks_from_every_master, a)
+        f.step("slots resharded while a publisher runs: no gap, no duplicate",
+               lambda: asyncio.run(reshard_under_load(c, a, b)))
         f.step("a seed that is no cluster node", not_a_cluster, args)
         for s in (a, b):
             check(not s.crashed(), "a node crashed\n" + s.log_tail())
