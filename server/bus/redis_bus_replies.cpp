@@ -148,6 +148,11 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         part.lost = true;
         part.lost_told = false;
       }
+      // A catch-up found lost because the epoch changed (Redis lost data: a failover to a
+      // replica behind, a restart) is read from the start of the stream; its subscribers had
+      // every event up to `since` already, and are told of the loss: they get what is newer.
+      // Stream ids grow with Redis's clock across such lives (first_id in wspush.lua).
+      const id_key floor = p.kind == pending::catchup && r->element[0]->integer != 0 ? key_of(part.since) : id_key{};
       for (std::size_t k = paged ? 2 : 1; k + 1 < r->elements; k += 2) {
         std::string_view id = str(r->element[k]), data = str(r->element[k + 1]);
         std::uint64_t ms, seq;
@@ -155,6 +160,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
           _n.malformed.add();
           continue;
         }
+        if (!(id_key{ms, seq} > floor)) continue;
         pool::frame_ref f = frame_event(part.topic, id, data);
         if (!f) return drop_pending(o->pid);
         part.entries.push_back(std::move(f));

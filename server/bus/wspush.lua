@@ -60,16 +60,59 @@ local function config(p)
   return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
 end
 
+-- Under Redis Cluster: this master's replication ids (INFO replication), read once per call
+-- (`ctx`, a table of the call's own).
+local function replids(ctx)
+  if not ctx.replid then
+    local info = redis.call('INFO', 'replication')
+    ctx.replid = string.match(info, 'master_replid:(%x+)') or ''
+    ctx.replid2 = string.match(info, 'master_replid2:(%x+)') or ''
+  end
+  return ctx.replid, ctx.replid2
+end
+
+-- A slot's epoch key under Redis Cluster holds "<epoch> <replication id>": the id of the master
+-- that last wrote it. Read where that master is no longer the writer:
+--   - this master took over from it (a failover: its master_replid2 is that id): Redis replicates
+--     asynchronously, so the old master may have acknowledged events this one never got. The
+--     slot's ids are not trusted any more: a new epoch (a resume from before is answered lost);
+--   - else (the slot migrated here, or a restart): the data came whole; the epoch stays.
+-- Returns the epoch the slot's ids carry ('' when a failover voids it and `write` is false: a
+-- reader, wspush_replay, must answer lost).
+local function slot_epoch(p, ctx, write)
+  local v = redis.call('GET', p .. 'epoch')
+  if not v then return nil end
+  local e, by = string.match(v, '^(%S+) (%x+)$')
+  if not e then e, by = v, nil end
+  local id1, id2 = replids(ctx)
+  if by == id1 then return e end
+  if by and by == id2 then
+    if not write then return '' end
+    return nil  -- a new one is made
+  end
+  if write then redis.call('SET', p .. 'epoch', e .. ' ' .. id1) end
+  return e
+end
+
 -- Made from Redis's clock, and a node's salt when one made it (wspush_epoch): two Redis set up
 -- in the same microsecond (the shards of a bus, set up together) still differ, so an id of one
 -- is never read as a place in another's streams.
-local function epoch(p, salt)
-  local e = redis.call('GET', p .. 'epoch')
+local function epoch(p, salt, ctx)
+  local e
+  if p == 'wspush:' then
+    e = redis.call('GET', p .. 'epoch')
+  else
+    e = slot_epoch(p, ctx or {}, true)
+  end
   if e then return e end
   local t = redis.call('TIME')
   e = string.format('%x%05x', tonumber(t[1]) % 1048576, tonumber(t[2]))
   if type(salt) == 'string' and #salt <= 5 and string.match(salt, '^[0-9a-z]+$') then e = e .. salt end
-  redis.call('SET', p .. 'epoch', e)
+  if p == 'wspush:' then
+    redis.call('SET', p .. 'epoch', e)
+  else
+    redis.call('SET', p .. 'epoch', e .. ' ' .. replids(ctx or {}))
+  end
   return e
 end
 
@@ -207,7 +250,7 @@ local function publish_many(keys, args)
   local t = redis.call('TIME')
   local base = {maxlen = tostring(maxlen), max_bytes = max_bytes, t = t,
                 expire = ttl > 0 and tostring(2 * ttl) or nil}
-  local out, any, epochs = {}, false, {}
+  local out, any, epochs, ctx = {}, false, {}, {}
   for i = 1, #args, 3 do
     local key, topic, data = args[i], args[i + 1], args[i + 2]
     local p = string.match(key, '^(wspush:{[0-9a-z]+}:)stream:')
@@ -220,7 +263,7 @@ local function publish_many(keys, args)
       local e = epochs[p]
       local ok = true
       if not e then
-        ok, e = pcall(epoch, p)
+        ok, e = pcall(epoch, p, nil, ctx)
         if ok then epochs[p] = e end
       end
       if ok then
@@ -263,7 +306,8 @@ local function replay(keys, args)
   local paged = max_n ~= nil and max_bytes ~= nil
   if paged and (max_n < 1 or max_bytes < 1) then return redis.error_reply('ERR wspush: bad page bound') end
   local _, ttl = config(p)
-  local e = redis.call('GET', p .. 'epoch') or ''
+  local e
+  if p == 'wspush:' then e = redis.call('GET', p .. 'epoch') or '' else e = slot_epoch(p, {}, false) or '' end
   local stream = p .. 'stream:' .. topic
   local now = now_ms()
   local min_ms = ttl > 0 and now - ttl or 0
@@ -428,7 +472,9 @@ local function mark(keys, args)
   if #keys > 0 then
     local p = space(keys, 'node:')
     if not p then return redis.error_reply('ERR wspush: bad channel') end
-    redis.call('SPUBLISH', keys[1], 'mark ' .. (redis.call('GET', p .. 'epoch') or '-') .. ' ' .. now_ms())
+    local e = slot_epoch(p, {}, false)
+    if not e or e == '' then e = '-' end
+    redis.call('SPUBLISH', keys[1], 'mark ' .. e .. ' ' .. now_ms())
     return 1
   end
   local channel = args[1]

@@ -123,7 +123,8 @@ class RedisCluster:
         self.replicas = replicas
         self.nodes = [RedisServer(port=reserve_cluster_port(), persistent=persistent, cpu=cpu,
                                   extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                         "--cluster-node-timeout", str(node_timeout_ms), *extra))
+                                         "--cluster-node-timeout", str(node_timeout_ms),
+                                         "--repl-diskless-sync-delay", "0", *extra))
                       for _ in range(masters * (1 + replicas))]
 
     @property
@@ -139,7 +140,25 @@ class RedisCluster:
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=scaled(60))
         check(done.returncode == 0, f"redis-cli --cluster create failed: {done.stdout[-500:]} {done.stderr[-500:]}")
         self.wait_ok(scaled(30))
+        self.wait_replicas(scaled(30))
         return self
+
+    def wait_replicas(self, timeout: float) -> None:
+        """Until every running replica has synced with its master (master_link_status:up): a
+        replica that never synced does not take over."""
+        deadline = time.monotonic() + timeout
+        while True:
+            down = []
+            for n in self.nodes:
+                if n.proc is None or n.proc.poll() is not None:
+                    continue
+                info = n.command("INFO", "replication")
+                if "role:slave" in info and "master_link_status:up" not in info:
+                    down.append(n.port)
+            if not down:
+                return
+            check(time.monotonic() < deadline, f"replicas {down} did not sync within {timeout:.0f}s")
+            time.sleep(0.1)
 
     def wait_ok(self, timeout: float) -> None:
         """Until every running node says cluster_state:ok (polled: the cluster announces it to
