@@ -32,6 +32,9 @@ misdelivered.
   loadgen/scenarios/million.py                                     # 100k, 250k, 500k, 1M
   loadgen/scenarios/million.py --steps 50000 --nodes 3             # the CI smoke version
   loadgen/scenarios/million.py --steps 1000000 --phases capacity     # the capacity curve at a million
+  loadgen/scenarios/million.py --steps 1000000 --phases mailboxes --redis-cluster 3 --failover-after 10
+                                    # the bus on a 3-master Redis Cluster (3 replicas), a master killed
+                                    # 10 s into the publishes to every mailbox
 """
 import argparse, json, math, os, re, resource, shutil, signal, subprocess, sys, tempfile
 import threading, time, urllib.request
@@ -41,7 +44,7 @@ import threading, time, urllib.request
 # from that range by the hundred thousand, and the public port is bound again by the fresh nodes
 # of the storm.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
-from wsp_ports import release_port, reserve_port  # noqa: E402
+from wsp_ports import release_port, reserve_cluster_port, reserve_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -217,6 +220,12 @@ class Cluster:
         self.drain_seconds = drain_seconds or a.drain_seconds
         self.reserved = []
         self.rport = self.reserve()
+        # --redis-cluster M: M masters and M replicas (their ports and port + 10000, the cluster
+        # bus, reserved) in place of the one redis-server.
+        self.cports = [reserve_cluster_port() for _ in range(2 * a.redis_cluster)]
+        self.reserved += self.cports + [p + 10000 for p in self.cports]
+        self.credis = {}         # port -> its redis-server
+        self.masters = []        # the ports of the masters, as CLUSTER SLOTS last said
         self.port = self.reserve()        # shared by the serving nodes (--reuseport), fresh ones too
         self.pub_port = self.reserve()
         self.pub_admin = self.reserve()
@@ -235,8 +244,13 @@ class Cluster:
         nodes their own while the old ones drain)."""
         return self.admins[k]
 
+    def bus_url(self):
+        if self.cports:
+            return "redis-cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.cports)
+        return f"redis://127.0.0.1:{self.rport}"
+
     def node_argv(self, k, listen_port, admin):
-        return [self.a.server, "--auth=none", "--bus", f"redis://127.0.0.1:{self.rport}",
+        return [self.a.server, "--auth=none", "--bus", self.bus_url(),
                 "--reuseport", "--threads", "1", "--listen", f"127.0.0.1:{listen_port}",
                 "--admin-listen", f"127.0.0.1:{admin}", "--ping-interval", str(self.a.ping_interval),
                 "--history-size", "100", "--history-ttl", "600", "--drain-seconds", str(self.drain_seconds)]
@@ -245,7 +259,69 @@ class Cluster:
         logf = open(os.path.join(self.workdir, f"node{k}.log"), "ab")
         return subprocess.Popen(self.node_argv(k, self.port, self.admin(k)), stdout=logf, stderr=logf)
 
+    def start_redis_cluster(self):
+        for port in self.cports:
+            d = os.path.join(self.workdir, f"redis-{port}")
+            os.makedirs(d, exist_ok=True)
+            self.credis[port] = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", d, "--stream-node-max-bytes", "512", "--maxclients", "10000", "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                 "--repl-diskless-sync-delay", "0"],
+                stdout=open(os.path.join(self.workdir, f"redis-{port}.log"), "ab"), stderr=subprocess.STDOUT)
+            if self.a.redis_nice:
+                try:
+                    os.setpriority(os.PRIO_PROCESS, self.credis[port].pid, self.a.redis_nice)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 20
+        for port in self.cports:
+            while not self.redis_cmd("PING", port=port):
+                if time.monotonic() > deadline:
+                    raise Stop(f"redis-server on {port} did not start (see {self.workdir})")
+                time.sleep(0.05)
+        r = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.cports],
+                            "--cluster-replicas", "1", "--cluster-yes"], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise Stop(f"redis-cli --cluster create failed: {r.stdout[-300:]} {r.stderr[-300:]}")
+        deadline = time.monotonic() + 60
+        while True:
+            ok = all("cluster_state:ok" in self.redis_cmd("CLUSTER", "INFO", port=p) for p in self.cports)
+            synced = all("role:master" in i or "master_link_status:up" in i
+                         for i in (self.redis_cmd("INFO", "replication", port=p) for p in self.cports))
+            if ok and synced:
+                break
+            if time.monotonic() > deadline:
+                raise Stop("the Redis Cluster did not come up within 60 s")
+            time.sleep(0.2)
+        self.find_masters()
+        log(f"  Redis Cluster: masters {self.masters}, {len(self.cports) - len(self.masters)} replicas")
+
+    def find_masters(self):
+        for port in self.cports:
+            if self.credis[port].poll() is not None:
+                continue
+            out = self.redis_cmd("CLUSTER", "NODES", port=port)
+            if out:
+                self.masters = sorted(int(line.split()[1].split(":")[1].split("@")[0]) for line in out.splitlines()
+                                      if " master" in line and "fail" not in line.split()[2] and line.split()[8:])
+                return
+
+    def kill_master(self, k=0):
+        """SIGKILL a master; its replica takes its slots after the node timeout (2 s)."""
+        port = self.masters[k]
+        self.credis[port].kill()
+        self.credis[port].wait()
+        return port
+
     def start(self):
+        if self.cports:
+            self.start_redis_cluster()
+            self.procs = [self.spawn_node(k) for k in range(self.nodes)]
+            logf = open(os.path.join(self.workdir, "pubnode.log"), "ab")
+            self.pub = subprocess.Popen(self.node_argv(self.nodes, self.pub_port, self.pub_admin), stdout=logf, stderr=logf)
+            self.wait_ready([self.admin(k) for k in range(self.nodes)] + [self.pub_admin], 60)
+            return
         d = os.path.join(self.workdir, "redis")
         os.makedirs(d, exist_ok=True)
         self.redis = subprocess.Popen(
@@ -286,17 +362,36 @@ class Cluster:
                                f"(logs in {self.workdir})")
                 time.sleep(0.05)
 
-    def redis_cmd(self, *args):
-        r = subprocess.run(["redis-cli", "-p", str(self.rport), *args], capture_output=True, text=True, timeout=10)
+    def redis_cmd(self, *args, port=None):
+        r = subprocess.run(["redis-cli", "-p", str(port or self.rport), *args], capture_output=True, text=True, timeout=10)
         return r.stdout if r.returncode == 0 and not r.stdout.startswith("Could not connect") else ""
 
     def redis_info(self):
-        out = {}
-        for line in self.redis_cmd("INFO").splitlines():
-            if ":" in line:
-                k, v = line.split(":", 1)
-                out[k] = v.strip()
-        return out
+        """INFO of the Redis; of a cluster, its masters' memory and CPU summed (each one that
+        runs: a master killed takes its figures with it), and its replicas' memory apart."""
+        if not self.cports:
+            out = {}
+            for line in self.redis_cmd("INFO").splitlines():
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    out[k] = v.strip()
+            return out
+        total = {"used_memory": 0, "used_cpu_user": 0.0, "used_cpu_sys": 0.0, "replica_memory": 0}
+        for port, proc in self.credis.items():
+            if proc.poll() is not None:
+                continue
+            info = {}
+            for line in self.redis_cmd("INFO", port=port).splitlines():
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    info[k] = v.strip()
+            if info.get("role") == "master":
+                total["used_memory"] += int(info.get("used_memory", 0))
+                total["used_cpu_user"] += float(info.get("used_cpu_user", 0))
+                total["used_cpu_sys"] += float(info.get("used_cpu_sys", 0))
+            else:
+                total["replica_memory"] += int(info.get("used_memory", 0))
+        return total
 
     def node_pids(self):
         return [p.pid for p in self.procs]
@@ -312,7 +407,9 @@ class Cluster:
             "node_cpu": sum(cpu_s(p) for p in self.node_pids()),
             "pub_cpu": cpu_s(self.pub.pid) if self.pub else 0.0,
             "redis_mem": int(info.get("used_memory", 0)),
-            "redis_rss": rss(self.redis.pid) if self.redis else 0,
+            "redis_replica_mem": int(info.get("replica_memory", 0)),
+            "redis_rss": (rss(self.redis.pid) if self.redis else 0) +
+                         sum(rss(p.pid) for p in self.credis.values() if p.poll() is None),
             "redis_cpu": float(info.get("used_cpu_user", 0)) + float(info.get("used_cpu_sys", 0)),
             "slab": m["Slab"], "avail": m["MemAvailable"], "tcp_inuse": inuse, "tcp_mem": sockmem,
         }
@@ -349,14 +446,15 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if self.redis and self.redis.poll() is None:
-            self.redis.terminate()
-            try:
-                self.redis.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.redis.kill()
-                self.redis.wait()
-        self.procs, self.pub, self.redis = [], None, None
+        for r in ([self.redis] if self.redis else []) + list(self.credis.values()):
+            if r.poll() is None:
+                r.terminate()
+                try:
+                    r.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    r.kill()
+                    r.wait()
+        self.procs, self.pub, self.redis, self.credis = [], None, None, {}
         for port in self.reserved:
             release_port(port)
         self.reserved = []
@@ -523,6 +621,28 @@ class Experiment:
                 return now - t0
             time.sleep(0.2)
 
+    def fail_over(self, lg, out):
+        """--failover-after S: S seconds into the publishes, a master is SIGKILLed; how long
+        until its replica serves its slots."""
+        while lg.sent == 0 and lg.p.poll() is None:
+            time.sleep(0.05)
+        time.sleep(self.a.failover_after)
+        if lg.p.poll() is not None:
+            return
+        m = len(self.cluster.masters)
+        out["sent_before"] = lg.sent
+        out["killed"] = self.cluster.kill_master(0)
+        t0 = time.monotonic()
+        log(f"  failover: master {out['killed']} killed after {lg.sent:,} publishes")
+        while time.monotonic() - t0 < 60:
+            self.cluster.find_masters()
+            if out["killed"] not in self.cluster.masters and len(self.cluster.masters) == m:
+                out["takeover_s"] = time.monotonic() - t0
+                log(f"  failover: a replica serves its slots {out['takeover_s']:.1f} s after the kill")
+                return
+            time.sleep(0.2)
+        log("  failover: no replica took over within 60 s")
+
     def mailboxes(self, n):
         nodes, procs = self.begin(n)
         log(f"step {n:,}: {nodes} nodes, {procs} load generator processes (work dir {self.workdir})")
@@ -532,6 +652,10 @@ class Experiment:
                                                      "--publish-rate", str(self.a.publish_rate),
                                                      "--hold", str(self.a.hold)]), self.workdir, f"mailboxes-{n}")
         connect_s = self.await_connected(self.lg, n, f"{n:,}")
+        failover, failer = {}, None
+        if self.a.failover_after and self.cluster.cports:
+            failer = threading.Thread(target=self.fail_over, args=(self.lg, failover), daemon=True)
+            failer.start()
         time.sleep(min(2.0, self.a.hold / 3))   # let the last subscriptions settle
         self.check()
         loaded = self.cluster.sample()
@@ -540,6 +664,8 @@ class Experiment:
         held = self.cluster.sample()      # still holding: the idle CPU rate (pings) to subtract
         r = self.lg.result(self.connect_budget(n) + self.a.timeout + n / self.a.publish_rate + self.a.hold + 60)
         self.lg = None
+        if failer:
+            failer.join(timeout=120)
         after = self.cluster.sample()
         self.check()
         up = r["counters"]["ready"]
@@ -558,6 +684,8 @@ class Experiment:
             "redis_mem_per_conn": (loaded["redis_mem"] - before["redis_mem"]) / max(up, 1),
             "redis_mem_after_publish_per_conn": (after["redis_mem"] - before["redis_mem"]) / max(up, 1),
             "redis_rss": after["redis_rss"],
+            "redis_replica_mem_per_conn": (loaded["redis_replica_mem"] - before["redis_replica_mem"]) / max(up, 1),
+            "failover": failover or None,
             "loadgen_rss_per_conn": lg_rss / max(up, 1), "loadgen_rss": lg_rss,
             "events": events, "expected": r["counters"]["expected"], "delivered": r["counters"]["unique"],
             "loss": r["loss"], "duplicates": r["counters"]["duplicates"], "misdelivered": r["counters"]["foreign"],
@@ -765,6 +893,12 @@ def print_step(s):
         f"p99 {lat['p99'] / 1000:.2f} p99.9 {lat['p999'] / 1000:.2f} max {lat['max'] / 1000:.2f} ms; server CPU "
         f"{s['server_cpu_per_event_us']:.1f} us/event (+ publish node {s['publish_node_cpu_per_event_us']:.1f}), "
         f"Redis {s['redis_cpu_per_event_us']:.1f} us/event")
+    if s.get("redis_replica_mem_per_conn"):
+        log(f"  the cluster's replicas: {s['redis_replica_mem_per_conn']:.0f} B per connection")
+    if s.get("failover"):
+        f = s["failover"]
+        log(f"  failover: master {f.get('killed')} killed after {f.get('sent_before', 0):,} publishes; a replica took "
+            f"over {f['takeover_s']:.1f} s later" if "takeover_s" in f else f"  failover: {f}")
 
 
 def markdown(res):
@@ -854,6 +988,10 @@ def parse_args():
     p.add_argument("--memory-floor-gib", type=float, default=1.5,
                    help="stop everything when MemAvailable falls below this")
     p.add_argument("--progress-every", type=float, default=5, help="seconds between progress lines")
+    p.add_argument("--redis-cluster", type=int, default=0,
+                   help="the bus on a Redis Cluster of this many masters (each with a replica; 3 or more) instead of one Redis")
+    p.add_argument("--failover-after", type=float, default=0,
+                   help="with --redis-cluster: SIGKILL a master this many seconds into the mailbox publishes")
     p.add_argument("--json", help="write every figure to this file")
     p.add_argument("--keep-logs", action="store_true", help="keep the work directory (logs) after a good run too")
     p.add_argument("--fast-teardown", action="store_true", help="SIGKILL the nodes at the end instead of draining")

@@ -10,6 +10,9 @@
 - the Dockerfile: Debian 12 stages, a non-root user, runtime packages that exist and cover the
   binary's shared libraries, CMake options that exist, a build context that holds what it copies;
 - compose.yaml: services, commands, health checks, dependencies, the nginx variant;
+- compose.cluster.yaml: six Redis in cluster mode announcing their service names, the one-shot
+  service that makes the cluster naming each of them, nodes whose --bus names the cluster and
+  that wait for it, the same nginx variant;
 - the Kubernetes manifests: kinds and API versions, probes on the admin port, grace period
   above preStop + drain, selectors that match, the admin port fenced by the NetworkPolicy;
 - the Grafana dashboard: valid JSON whose queries use only metrics (and labels) of
@@ -782,6 +785,58 @@ class Deploy:
         else:
             R.skip("docker compose config: docker compose not available")
 
+    def compose_cluster(self) -> None:
+        rel = "deploy/docker/compose.cluster.yaml"
+        if not self.exists(rel):
+            return
+        where = "compose.cluster.yaml"
+        try:
+            c = yaml.safe_load(self.read(rel))
+        except yaml.YAMLError as e:
+            R.fail(f"{where}: not YAML: {e}")
+            return
+        services = c.get("services") or {}
+        redis = {n: s for n, s in services.items() if str(s.get("image", "")).startswith("redis:7") and
+                 str((s.get("command") or [""])[0]) == "redis-server"}
+        R.check(len(redis) >= 6, f"{where}: six Redis nodes (3 masters, 3 replicas) expected, got {sorted(redis)}")
+        for name, svc in redis.items():
+            joined = " ".join(str(x) for x in svc["command"])
+            for want in (r"--cluster-enabled\s+yes", r"--appendonly\s+yes", r"--stream-node-max-bytes\s+512\b",
+                         rf"--cluster-announce-hostname\s+{re.escape(name)}\b", r"--cluster-preferred-endpoint-type\s+hostname"):
+                R.check(re.search(want, joined) is not None, f"{where}: {name} lacks {want}")
+            R.check("healthcheck" in svc, f"{where}: {name} has no healthcheck")
+        init = services.get("redis-cluster-init") or {}
+        script = " ".join(str(x) for x in (init.get("command") or []))
+        R.check("--cluster create" in script and "--cluster-replicas 1" in script,
+                f"{where}: redis-cluster-init does not make the cluster with a replica per master")
+        for name in redis:
+            R.check(name in script, f"{where}: redis-cluster-init does not name {name}")
+            R.check(name in (init.get("depends_on") or {}), f"{where}: redis-cluster-init does not wait for {name}")
+        nodes = {n: s for n, s in services.items() if isinstance(s.get("build"), dict) or s.get("image") == "wspush:local"}
+        anchor = (c.get("x-wspush") or {})
+        R.check(len(nodes) >= 2, f"{where}: two wspush nodes expected, got {sorted(nodes)}")
+        for name, svc in nodes.items():
+            w = f"{where} {name}"
+            given = parse_args(self.flags, [str(x) for x in svc.get("command") or []], w)
+            bus = given.get("bus", "")
+            m = re.match(r"^redis-cluster://(?::[^@]*@)?(.+)$", bus)
+            if R.check(m is not None, f"{w}: --bus=redis-cluster://... expected, got {bus!r}"):
+                for seed in m.group(1).split(","):
+                    host = seed.rsplit(":", 1)[0]
+                    R.check(host in redis, f"{w}: seed {seed} is not a Redis service of the file")
+            deps = svc.get("depends_on") or anchor.get("depends_on") or {}
+            R.check((deps.get("redis-cluster-init") or {}).get("condition") == "service_completed_successfully",
+                    f"{w}: does not wait for redis-cluster-init to complete")
+        nginx = services.get("nginx") or {}
+        confs = [v.split(":")[0] for v in nginx.get("volumes") or [] if isinstance(v, str) and v.split(":")[0].endswith(".conf")]
+        R.check(confs == ["./nginx.conf"], f"{where}: nginx should mount ./nginx.conf (compose.yaml's), got {confs}")
+        if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+            env = {**os.environ, "WSPUSH_JWT_SECRET": "x", "WSPUSH_API_KEY": "x"}
+            r = subprocess.run(["docker", "compose", "-f", self.path(rel), "config", "-q"], capture_output=True, text=True, env=env)
+            R.check(r.returncode == 0, f"docker compose config ({where}): {r.stderr.strip()}")
+        else:
+            R.skip(f"docker compose config ({where}): docker compose not available")
+
     # -- Kubernetes -----------------------------------------------------------------------------
     def kubernetes(self) -> None:
         rel = "deploy/kubernetes/wspush.yaml"
@@ -988,7 +1043,8 @@ def main() -> int:
     ap.add_argument("--root", required=True, help="the repository root")
     a = ap.parse_args()
     d = Deploy(os.path.abspath(a.root), os.path.abspath(a.wspush))
-    for step in (d.sysctl_and_limits, d.systemd, d.dockerfile, d.compose, d.kubernetes, d.grafana, d.nginx, d.readme):
+    for step in (d.sysctl_and_limits, d.systemd, d.dockerfile, d.compose, d.compose_cluster, d.kubernetes, d.grafana,
+                 d.nginx, d.readme):
         try:
             step()
         except Exception as e:  # a file shaped so differently that a check crashed: say where
