@@ -345,6 +345,8 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
   for (auto& p : _instances) {
     instance& in = *p;
     const bool up = in.up.load(std::memory_order_relaxed);
+    // A mark that never came back (its channel moved with its slot, say): the next one goes.
+    if (in.mark_in_flight && _tick - in.mark_sent_tick > 5 * mark_every_ticks) in.mark_in_flight = false;
     if (!up && in.serving && in.sub.idle() && in.cmd.idle() && std::int32_t(tick - in.retry_at) >= 0) connect_links(in);
     if (up && !in.mark_in_flight && (std::int32_t(tick - in.next_mark_tick) >= 0 || !in.unfloored.empty()))
       send_mark(in);
@@ -360,6 +362,7 @@ void redis_bus::send_mark(instance& in) noexcept {
                              : o && command(in, {"FCALL", "wspush_mark", "0", _node_channel}, o);
   if (!ok) return;
   in.mark_in_flight = true;
+  in.mark_sent_tick = _tick;
   in.next_mark_tick = _tick + mark_every_ticks;
 }
 

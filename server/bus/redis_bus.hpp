@@ -333,6 +333,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::unique_ptr<redis_link> _probe;
   std::vector<std::pair<std::string, std::uint16_t>> _map_sources;
   std::size_t _next_source = 0;
+  std::string _probe_host;  // the host the map link is connected to
   bool _map_wanted = true, _map_in_flight = false;
   std::uint32_t _next_map_tick = 0;
   bool _map_covered = false;

@@ -48,6 +48,7 @@ void redis_bus::ask_map() noexcept {
   }
   if (!_probe->idle() || _map_sources.empty()) return;  // connecting: on_link_up asks
   const auto& source = _map_sources[_next_source++ % _map_sources.size()];
+  _probe_host = source.first;
   std::string why;
   if (!_probe->connect(source.first, source.second, why))
     log_ratelimited(log_level::warn, "bus: cannot ask %s:%u for the cluster's map (%s)", source.first.c_str(),
@@ -57,7 +58,7 @@ void redis_bus::ask_map() noexcept {
 void redis_bus::map_arrived(const resp::reply* r) noexcept {
   _map_in_flight = false;
   if (r == nullptr) return;  // the link went (on_link_down asks again)
-  const std::string from = _map_sources.empty() ? std::string() : _map_sources[(_next_source + _map_sources.size() - 1) % _map_sources.size()].first;
+  const std::string from = _probe_host;  // what a master announced as "?" is reached at
   cluster_map m;
   std::string why;
   if (r->type == resp::reply_type::error) why = std::string(str(r));
@@ -132,7 +133,7 @@ void redis_bus::apply_map(const cluster_map& m, const std::string& from_host) {
       in.node_channel = "wspush:{" + std::string(slot_tag(in.node_slot)) + "}:node:" + _node_id;
       // Links set up already move to it (a new channel on the same link: the publishes in
       // flight there go on); a marker sent to the old one is answered MOVED (op::marker).
-      if (in.sub.connected() && in.sub_ready) {
+      if (in.sub.connected()) {
         const char* argv[] = {"SSUBSCRIBE", in.node_channel.c_str()};
         std::size_t lens[] = {10, in.node_channel.size()};
         if (!in.sub.command(2, argv, lens, nullptr, nullptr)) went_down(in, "cannot move this node's channel there");

@@ -206,7 +206,7 @@ struct redis_bus::instance {
   std::uint64_t mark_ms = 0, mark_at = 0;  // TIME, when it came (in bus::_order)
   bool mark_current = false;  // the last mark was heard on the current links (add_positions)
   bool mark_in_flight = false;
-  std::uint32_t next_mark_tick = 0;
+  std::uint32_t next_mark_tick = 0, mark_sent_tick = 0;
   std::vector<std::string> unfloored;  // its topics confirmed since its last mark was heard
   std::deque<std::pair<std::uint64_t, std::uint32_t>> page_queue;  // replay pages waiting: (pid, part)
   std::uint32_t pages_in_flight = 0;  // replay pages sent, not yet answered (at most max_pages_in_flight)

@@ -55,7 +55,10 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
         // before each topic and data.
         _keys.resize(run.size());
         for (std::size_t k = 0; k < run.size(); ++k) _keys[k] = stream_key(run[k]->topic);
-        _argv.assign({"FCALL", "wspush_publish_many", "1", _keys[0]});
+        // Declared: a key of this node's channel's slot, which the master serves whatever
+        // other slot is moving (a stream key of a moving slot would refuse the whole call).
+        _keys.push_back("wspush:{" + std::string(slot_tag(in.node_slot)) + "}:epoch");
+        _argv.assign({"FCALL", "wspush_publish_many", "1", _keys.back()});
       } else {
         _argv.assign({"FCALL", "wspush_publish_batch", "0"});
       }
@@ -243,7 +246,8 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
     // run: its publishers hear it refused, and a retry is safe.
     log_ratelimited(log_level::warn, "bus: Redis has no wspush_publish_batch (a node of an older version loaded its "
                     "functions): loading this node's again");
-    if (auto* load = new (std::nothrow) op{op::other}) command(*o.in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, load);
+    if (auto* load = new (std::nothrow) op{op::other})
+      command(*o.in, {"FUNCTION", "LOAD", "REPLACE", _o.cluster ? std::string_view(_library) : redis_functions}, load);
   }
   for (std::size_t k = 0; k < o.pubs.size(); ++k) {
     batched_pub& b = o.pubs[k];
@@ -275,18 +279,23 @@ void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
   if (r == nullptr || r->type != resp::reply_type::array || r->elements < 3) return;
   std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
   if (_o.cluster && kind.substr(0, 1) == "s") kind.remove_prefix(1);  // the sharded twins: smessage, ssubscribe, ...
+  // This node's own channel there; under Redis Cluster any it had (a mark or marker sent on
+  // the one before its slot moved still counts).
+  const bool own = _o.cluster ? channel.size() > _node_id.size() + 6 &&
+                                    channel.substr(channel.size() - _node_id.size() - 6) == ":node:" + _node_id
+                              : channel == in.node_channel;
   if (kind == "message") {
     const std::string_view payload = str(r->element[2]);
-    if (channel == in.node_channel) return payload.substr(0, 5) == "mark " ? mark_arrived(in, payload) : marker(payload);
+    if (own) return payload.substr(0, 5) == "mark " ? mark_arrived(in, payload) : marker(payload);
     const std::string_view topic = topic_of_channel(channel);
     if (topic.empty()) return;
     return live(topic, payload);
   }
-  if (channel == in.node_channel) {
+  if (own) {
     if (kind == "subscribe") {
       in.sub_ready = true;
       ready_check(in);
-    } else if (kind == "unsubscribe" && _o.cluster) {
+    } else if (kind == "unsubscribe" && _o.cluster && channel == in.node_channel) {
       _map_wanted = true;  // its slot left this master: the node's channel there is chosen again (apply_map)
     }
     return;
@@ -296,11 +305,13 @@ void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
   const std::string topic(bare);
   if (kind == "subscribe" || kind == "unsubscribe") {
     if (_o.cluster && kind == "unsubscribe") {
+      // Not asked (the node asks only for a topic of this master it is unsubscribing): Redis
+      // Cluster dropped it, its slot having left this master. It answers no command. (One for
+      // a topic that moved since cannot be told from the answer to the node's own: it counts
+      // as an answer, which at worst lets the next batch go a little early.)
       auto it = _topics.find(topic);
-      if (it != _topics.end() && it->second.state != topic_state::unsubscribing && it->second.home == in.index) {
-        // Not asked: Redis Cluster dropped it, its slot having left this master.
+      if (it != _topics.end() && it->second.home == in.index && it->second.state != topic_state::unsubscribing)
         return moved_off(in, topic);
-      }
     }
     if (in.awaiting > 0) --in.awaiting;
     if (kind == "subscribe") confirmed(in, topic);

@@ -60,9 +60,12 @@ void redis_bus::unhook(const pending& p) noexcept {
 /// then goes on (advance).
 void redis_bus::enlist(std::uint64_t pid) noexcept {
   pending& p = _pending.at(pid);
+  for (auto& part : p.parts) {  // a topic moved meanwhile: the sub waits for the map (nothing taken yet)
+    const topic_state& ts = state_of(part.topic);
+    if (ts.home != part.home || ts.home >= _instances.size()) return park(pid);
+  }
   for (auto& part : p.parts) {
     topic_state& ts = state_of(part.topic);
-    if (ts.home != part.home || ts.home >= _instances.size()) return park(pid);  // moved: waits for the map
     if (ts.state == topic_state::idle) {
       ts.state = topic_state::subscribing;
       _instances[ts.home]->to_subscribe.push_back(part.topic);

@@ -103,10 +103,12 @@ void redis_link::abort() noexcept { close_now(false, {}); }
 bool redis_link::command(int argc, const char** argv, const std::size_t* lens, reply_fn fn, void* priv) noexcept {
   if (!connected() || argc < 1) return false;
   std::uint32_t pushes = 0;
+  bool unsubscribe = false;
   if (_o.subscriber) {
     const std::string_view verb(argv[0], lens[0]);
     if (verb == "SUBSCRIBE" || verb == "UNSUBSCRIBE" || verb == "SSUBSCRIBE" || verb == "SUNSUBSCRIBE") {
       pushes = argc > 1 ? std::uint32_t(argc - 1) : 1;  // one push per channel
+      unsubscribe = verb == "UNSUBSCRIBE" || verb == "SUNSUBSCRIBE";
       _subscribed = true;
     } else if (verb == "PING" && _subscribed) {
       pushes = 1;  // in pub/sub mode Redis answers a PING with a `pong` push
@@ -129,7 +131,7 @@ bool redis_link::command(int argc, const char** argv, const std::size_t* lens, r
       _out.append("\r\n", 2);
     }
     const std::uint64_t now = monotonic_ns();
-    _pending.push_back({fn, priv, now, pushes});
+    _pending.push_back({fn, priv, now, pushes, unsubscribe});
     _last_sent_ns = now;
   } catch (...) {
     _out.resize(mark);
@@ -256,9 +258,9 @@ bool redis_link::dispatch_push(const resp::reply& r) noexcept {
     ok = r.elements == 3 && (is(1, resp::reply_type::string) || is(1, resp::reply_type::nil)) &&
          is(2, resp::reply_type::integer);
     // Redis Cluster unsubscribes a shard channel by itself when its slot leaves the node: such a
-    // push answers nothing (while none is awaited; one that comes among awaited ones is counted,
-    // and a count gone wrong so ends the link, which subscribes everything again).
-    answers = !(kind == "sunsubscribe" && (_pending.empty() || _pending.front().pushes == 0));
+    // push answers nothing, unless an (S)UNSUBSCRIBE awaits pushes (then it is counted, and a
+    // count gone wrong so ends the link, which subscribes everything again).
+    answers = kind != "sunsubscribe" || (!_pending.empty() && _pending.front().pushes > 0 && _pending.front().unsubscribe);
   } else if (kind == "pong") {
     ok = r.elements == 2 && is(1, resp::reply_type::string);
   }

@@ -91,6 +91,7 @@ class redis_link {
     void* priv;
     std::uint64_t sent_ns;
     std::uint32_t pushes;  // subscriber link: pushes that answer it (0: one reply, in order)
+    bool unsubscribe;      // an (S)UNSUBSCRIBE: what an `sunsubscribe` push may answer
   };
 
   void connected_now() noexcept;

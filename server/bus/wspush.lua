@@ -313,6 +313,12 @@ local function replay(keys, args)
   local min_ms = ttl > 0 and now - ttl or 0
   local out = {0}
   if paged then out[2] = '' end
+  if e == '' then
+    -- No epoch the ids can carry (none yet, or voided by a failover until the next publish):
+    -- nothing can be read as after <since>.
+    out[1] = 1
+    return out
+  end
   local se, sid = string.match(since or '', '^([0-9a-z]+):(%d+%-%d+)$')
   local start = '-'
   if mark and sid and tonumber(string.match(sid, '^(%d+)')) > now then
