@@ -45,6 +45,7 @@ namespace wspush::loadgen {
   X(http_other, "upgrade refused: another status")                                      \
   X(sub_errors, "error replies to sub or pub")                                          \
   X(lost_reported, "subbed replies whose lost list was not empty")                      \
+  X(lost_notices, "lost notices in the stream: a topic's events may be missing")        \
   X(sent, "messages published")                                                         \
   X(publish_errors, "publishes the server refused or did not answer")                   \
   X(publish_retries, "admin publishes answered 503 (not published) and sent again")      \

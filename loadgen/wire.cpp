@@ -209,6 +209,7 @@ server_msg classify(std::string_view msg) noexcept {
   const std::string_view rest = msg.substr(op + 6);
   if (rest.starts_with("subbed\"")) return server_msg::subbed;
   if (rest.starts_with("error\"")) return server_msg::error;
+  if (rest.starts_with("lost\"")) return server_msg::lost;
   return server_msg::other;
 }
 

@@ -246,7 +246,7 @@ std::string make_pub(std::string_view topic, std::string_view payload);
 std::string make_publish_body(std::string_view topic, std::string_view payload);
 
 /// Server message kinds the load generator tells apart.
-enum class server_msg : std::uint8_t { event, subbed, error, other };
+enum class server_msg : std::uint8_t { event, subbed, error, lost, other };
 server_msg classify(std::string_view msg) noexcept;
 /// In a `subbed` reply: whether its `lost` list names anything.
 bool subbed_reports_lost(std::string_view msg) noexcept;

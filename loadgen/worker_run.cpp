@@ -228,6 +228,7 @@ void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
       // does after `unavailable` (a node whose bus is busy or down); otherwise it stays closed.
       if (c.state == conn_state::subscribing) drop(i, reconnects() && _go, 200'000'000 + _rng.next() % 800'000'000);
       return;
+    case server_msg::lost: ++_c[ctr::lost_notices]; return;  // told: what is missing after it is not silent
     case server_msg::other: ++_c[ctr::foreign]; return;
   }
 }

@@ -304,7 +304,8 @@ class Cluster:
             out = self.redis_cmd("CLUSTER", "NODES", port=port)
             if out:
                 self.masters = sorted(int(line.split()[1].split(":")[1].split("@")[0]) for line in out.splitlines()
-                                      if " master" in line and "fail" not in line.split()[2] and line.split()[8:])
+                                      if "master" in line.split()[2].split(",") and "fail" not in line.split()[2]
+                                      and line.split()[8:])
                 return
 
     def kill_master(self, k=0):
@@ -689,6 +690,7 @@ class Experiment:
             "loadgen_rss_per_conn": lg_rss / max(up, 1), "loadgen_rss": lg_rss,
             "events": events, "expected": r["counters"]["expected"], "delivered": r["counters"]["unique"],
             "loss": r["loss"], "duplicates": r["counters"]["duplicates"], "misdelivered": r["counters"]["foreign"],
+            "lost_notices": r["counters"].get("lost_notices", 0),
             "latency_us": r["latency_us"], "publish_s": r["publish_s"],
             "server_cpu_per_event_us": busy / max(events, 1) * 1e6,
             "publish_node_cpu_per_event_us": (after["pub_cpu"] - held["pub_cpu"]) / max(events, 1) * 1e6,
@@ -893,6 +895,8 @@ def print_step(s):
         f"p99 {lat['p99'] / 1000:.2f} p99.9 {lat['p999'] / 1000:.2f} max {lat['max'] / 1000:.2f} ms; server CPU "
         f"{s['server_cpu_per_event_us']:.1f} us/event (+ publish node {s['publish_node_cpu_per_event_us']:.1f}), "
         f"Redis {s['redis_cpu_per_event_us']:.1f} us/event")
+    if s.get("lost_notices"):
+        log(f"  lost notices in the stream: {s['lost_notices']:,} (a subscriber told its topic may miss events)")
     if s.get("redis_replica_mem_per_conn"):
         log(f"  the cluster's replicas: {s['redis_replica_mem_per_conn']:.0f} B per connection")
     if s.get("failover"):
@@ -1024,7 +1028,11 @@ def main():
             for n in steps:
                 s = exp.mailboxes(n)
                 s["lowest_available_gib"] = watchdog.lowest / 2**30 if watchdog.lowest else None
-                ok &= s["ok"] and s["loss"] == 0 and s["duplicates"] == 0 and s["misdelivered"] == 0
+                # A master killed (--failover-after): events it took with it are a loss its
+                # subscribers were told of (lost notices); a silent one is what must not happen
+                # (tests/integration/test_redis_cluster.py checks it topic by topic).
+                told = s.get("failover") and s["loss"] <= s.get("lost_notices", 0)
+                ok &= s["ok"] and (s["loss"] == 0 or bool(told)) and s["duplicates"] == 0 and s["misdelivered"] == 0
                 if s["up"] < n:
                     raise Stop(f"only {s['up']:,} of {n:,} connections came up (failures: {s['connect_errors']}); "
                                f"the highest complete step is {max([t['connections'] for t in exp.results['steps'] if t['up'] >= t['connections']] or [0]):,}")

@@ -160,6 +160,7 @@ TEST_CASE("wire: server messages are told apart") {
   CHECK(classify(R"({"op":"subbed","topics":["a"],"lost":[]})") == server_msg::subbed);
   CHECK(classify(R"({"op":"error","code":"forbidden","topic":"a"})") == server_msg::error);
   CHECK(classify(R"({"op":"unsubbed","topics":["a"]})") == server_msg::other);
+  CHECK(classify(R"({"op":"lost","topics":["a"]})") == server_msg::lost);
   CHECK_FALSE(subbed_reports_lost(R"({"op":"subbed","topics":["a"],"lost":[]})"));
   CHECK(subbed_reports_lost(R"({"op":"subbed","topics":["a"],"lost":["a"]})"));
   CHECK(subbed_position(R"({"op":"subbed","topics":["a"],"lost":[]})").empty());
