@@ -335,8 +335,10 @@ void redis_bus::on_turn() noexcept {
     auto& b = _backlog[k];
     while (!b.empty() && _ports[k]->offer(std::move(b.front()), false)) b.pop_front();
   }
-  for (pubsub::event_port* p : _ports) p->wake();
+  // The gauge before the shards wake: a client told its sub failed must not find it still
+  // counted under way (test_redis_setup read it in that gap once).
   _n.pending.set(_pending.size());
+  for (pubsub::event_port* p : _ports) p->wake();
   flush_settled();  // what the replies read in this turn, and the requests taken, settled
 }
 
