@@ -38,7 +38,7 @@ resp::limits reply_limits(const redis_bus_options& o) noexcept {
 
 redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
     : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}), _node_id(random_node_id()),
-      _node_channel(std::string(node_prefix) + _node_id) {
+      _node_channel(std::string(node_prefix) + _node_id), _node_suffix(":node:" + _node_id) {
   _instances.reserve(max_instances);  // never moved: other threads read them (up_at)
   if (_o.cluster) {
     // The masters come from the cluster's map (apply_map); the seeds are where it is asked.
@@ -136,15 +136,26 @@ redis_bus::instance* redis_bus::home(std::string_view topic) noexcept {
 
 redis_bus::instance& redis_bus::of_link(const redis_link& l) noexcept { return *_instances[(l.key() - 1) / 2]; }
 
-/// `wspush:`, or under Redis Cluster `wspush:{<tag>}:` of the topic's slot (redis_route.hpp).
-std::string redis_bus::place_of(std::string_view topic) const {
-  if (!_o.cluster) return "wspush:";
-  return "wspush:{" + std::string(slot_tag(topic_slot(topic))) + "}:";
+/// Writes a name in Redis into `out`: the place, `wspush:` or under Redis Cluster `wspush:{<tag>}:`
+/// of `slot` (redis_route.hpp), then `what` and `topic`. `out` keeps its capacity, so that a
+/// batch's keys, written into the same strings each time, allocate nothing once warm.
+void redis_bus::name_into(std::string& out, std::uint32_t slot, std::string_view what, std::string_view topic) const {
+  out.assign("wspush:");
+  if (_o.cluster) out.append("{").append(slot_tag(slot)).append("}:");
+  out.append(what).append(topic);
 }
 
-std::string redis_bus::stream_key(std::string_view topic) const { return place_of(topic) + "stream:" + std::string(topic); }
+std::string redis_bus::stream_key(std::string_view topic) const {
+  std::string key;
+  name_into(key, topic_slot(topic), "stream:", topic);
+  return key;
+}
 
-std::string redis_bus::channel_of(std::string_view topic) const { return place_of(topic) + "topic:" + std::string(topic); }
+std::string redis_bus::channel_of(std::string_view topic) const {
+  std::string channel;
+  name_into(channel, topic_slot(topic), "topic:", topic);
+  return channel;
+}
 
 /// The topic of one of its channels (empty: not a topic's channel).
 std::string_view redis_bus::topic_of_channel(std::string_view channel) const noexcept {
@@ -360,9 +371,8 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
 
 void redis_bus::send_mark(instance& in) noexcept {
   auto* o = new (std::nothrow) op{op::mark};
-  const bool ok = _o.cluster ? o && command(in, {"FCALL", "wspush_mark", "1", in.node_channel}, o)
-                             : o && command(in, {"FCALL", "wspush_mark", "0", _node_channel}, o);
-  if (!ok) return;
+  // Under Redis Cluster the channel is the call's declared key (a shard channel of that master).
+  if (!o || !command(in, {"FCALL", "wspush_mark", _o.cluster ? "1" : "0", in.node_channel}, o)) return;
   in.mark_in_flight = true;
   in.mark_sent_tick = _tick;
   in.next_mark_tick = _tick + mark_every_ticks;

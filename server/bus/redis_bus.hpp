@@ -222,7 +222,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   instance& of_link(const redis_link& l) noexcept;
   void refresh_up() noexcept;
   // Names in Redis: a topic's stream key and channel, a Redis's own channel for this node.
-  std::string place_of(std::string_view topic) const;
+  void name_into(std::string& out, std::uint32_t slot, std::string_view what, std::string_view topic) const;
   std::string stream_key(std::string_view topic) const;
   std::string channel_of(std::string_view topic) const;
   std::string_view topic_of_channel(std::string_view channel) const noexcept;
@@ -232,6 +232,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void apply_map(const cluster_map& m, const std::string& from_host);
   void rehome(const std::string& topic, std::uint32_t to) noexcept;
   void unsettle(std::uint64_t pid, std::vector<std::uint64_t>& subs) noexcept;
+  void lose_subscription(topic_state& ts, const std::string& topic) noexcept;
   void moved_off(instance& in, const std::string& topic) noexcept;
   topic_state& state_of(const std::string& topic);
   bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true) noexcept;
@@ -252,7 +253,6 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void start_replay(std::uint64_t pid) noexcept;
   static std::uint32_t next_part(const pending& p, std::uint32_t from) noexcept;
   void queue_page(std::uint64_t pid, std::uint32_t part) noexcept;
-  void pump_pages() noexcept;  // every Redis's
   void pump_pages(instance& in) noexcept;
   void maybe_finish(std::uint64_t pid) noexcept;
   void finish(std::uint64_t pid, pending& p) noexcept;
@@ -277,7 +277,6 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void pub_answered(std::size_t bytes) noexcept;
   void live(std::string_view topic, std::string_view payload) noexcept;
   void marker(std::string_view payload) noexcept;
-  void send_batches() noexcept;  // every Redis's
   void send_batches(instance& in) noexcept;
   void connect_links(instance& in) noexcept;
   void went_down(instance& in, const std::string& why, redis_link* gone = nullptr) noexcept;
@@ -326,6 +325,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::atomic<std::uint32_t> _instance_count{0};      // any thread reads the instances below it
   std::string _node_id;       // this node's, in its own channels
   std::string _node_channel;  // this node's own channel on each Redis (markers, marks; a cluster: per master)
+  std::string _node_suffix;   // ":node:<id>": how each of its channels ends
   // Redis Cluster: which master serves each slot (any thread reads it: up_for), the link that
   // asks a node for the map, the addresses it asks in turn, each slot's epoch as last seen in an
   // id, and the library with the limits written in.

@@ -130,7 +130,7 @@ void redis_bus::apply_map(const cluster_map& m, const std::string& from_host) {
       // This node's channel there: a shard channel of a slot the master serves (a marker must
       // come back on the subscriber link, in order with the topics' messages).
       in.node_slot = first_slot[in.index];
-      in.node_channel = "wspush:{" + std::string(slot_tag(in.node_slot)) + "}:node:" + _node_id;
+      name_into(in.node_channel, in.node_slot, "node:", _node_id);
       // Links set up already move to it (a new channel on the same link: the publishes in
       // flight there go on); a marker sent to the old one is answered MOVED (op::marker).
       if (in.sub.connected()) {
@@ -164,17 +164,7 @@ void redis_bus::rehome(const std::string& topic, std::uint32_t to) noexcept {
   auto it = _topics.find(topic);
   if (it == _topics.end()) return;
   topic_state& ts = it->second;
-  const bool owed = ts.needs_catchup || ts.catchup;  // an earlier move's or outage's, not done yet
-  if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) {
-    _n.topics.sub();
-    if (ts.holders > 0 && !owed && ts.home < _instances.size()) note_catchup_start(ts, topic);
-    ts.needs_catchup = ts.holders > 0;
-  }
-  ts.floored = ts.listed = false;
-  ts.state = topic_state::idle;
-  ts.waiting.clear();
-  ts.replaying.clear();
-  ts.catchup = 0;
+  lose_subscription(ts, topic);
   ts.home = to;
   std::vector<std::uint64_t> involved, subs;
   for (const auto& [pid, p] : _pending)

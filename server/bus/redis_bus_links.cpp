@@ -157,23 +157,23 @@ pool::frame_ref redis_bus::lost_frame(std::string_view topic) noexcept {
 void redis_bus::setup_command_link(instance& in) noexcept {
   const redis_target& t = in.target;
   if (!t.password.empty()) command(in, {"AUTH", t.password}, new op{op::setup});
+  // The epoch's salt: the shards of a bus are set up together, and their epochs must differ.
+  const std::string_view salt = std::string_view(_node_id).substr(0, 5);
   if (_o.cluster) {
     command(in, {"FUNCTION", "LOAD", "REPLACE", _library}, new op{op::setup});
-    const std::string key = "wspush:{" + std::string(slot_tag(in.node_slot)) + "}:epoch";
-    command(in, {"FCALL", "wspush_epoch", "1", key, std::string_view(_node_id).substr(0, 5)}, new op{op::epoch});
-    if (!_node_bytes_asked) _node_bytes_asked = command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
-    return;
+    std::string key;
+    name_into(key, in.node_slot, "epoch", {});
+    command(in, {"FCALL", "wspush_epoch", "1", key, salt}, new op{op::epoch});
+  } else {
+    const std::string db = std::to_string(t.db);
+    if (t.db != 0) command(in, {"SELECT", db}, new op{op::setup});
+    command(in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
+    const std::string maxlen = std::to_string(_o.history_size);
+    const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
+    const std::string max_bytes = std::to_string(_o.max_event_bytes);
+    command(in, {"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
+    command(in, {"FCALL", "wspush_epoch", "0", salt}, new op{op::epoch});
   }
-  const std::string db = std::to_string(t.db);
-  if (t.db != 0) command(in, {"SELECT", db}, new op{op::setup});
-  command(in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
-  const std::string maxlen = std::to_string(_o.history_size);
-  const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
-  const std::string max_bytes = std::to_string(_o.max_event_bytes);
-  command(in, {"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
-  // The salt: the shards of a bus are set up together, and their epochs must differ.
-  command(in, {"FCALL", "wspush_epoch", "0", std::string_view(_node_channel).substr(_node_channel.size() - 5)},
-          new op{op::epoch});
   if (!_node_bytes_asked) _node_bytes_asked = command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
 }
 
@@ -260,19 +260,7 @@ void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone
       ++it;
       continue;
     }
-    const bool owed = ts.needs_catchup || ts.catchup;  // an earlier outage's, not done yet
-    if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) {
-      _n.topics.sub();
-      // Its subscribers stayed: what they miss is caught up, from where this outage began
-      // (or the earlier one, still owed).
-      if (ts.holders > 0 && !owed) note_catchup_start(ts, it->first);
-      ts.needs_catchup = ts.holders > 0;
-    }
-    ts.floored = ts.listed = false;  // subscribed again later: the next mark after that is its floor
-    ts.state = topic_state::idle;
-    ts.waiting.clear();
-    ts.replaying.clear();
-    ts.catchup = 0;
+    lose_subscription(ts, it->first);
     if (ts.holders == 0) it = _topics.erase(it);
     else ++it;
   }
@@ -315,6 +303,23 @@ void redis_bus::unsettle(std::uint64_t pid, std::vector<std::uint64_t>& subs) no
   } catch (...) {
     drop_pending(pid);
   }
+}
+
+/// A topic's subscription in Redis is gone (its Redis went away, or its slot moved): it is
+/// idle again, and its subscribers that stay are owed a catch-up from where they were left
+/// (or from an earlier one's start, still owed).
+void redis_bus::lose_subscription(topic_state& ts, const std::string& topic) noexcept {
+  const bool owed = ts.needs_catchup || ts.catchup;
+  if (ts.state == topic_state::active || ts.state == topic_state::unsubscribing) {
+    _n.topics.sub();
+    if (ts.holders > 0 && !owed && ts.home < _instances.size()) note_catchup_start(ts, topic);
+    ts.needs_catchup = ts.holders > 0;
+  }
+  ts.floored = ts.listed = false;  // subscribed again later: the next mark after that is its floor
+  ts.state = topic_state::idle;
+  ts.waiting.clear();
+  ts.replaying.clear();
+  ts.catchup = 0;
 }
 
 }  // namespace wspush::server::bus

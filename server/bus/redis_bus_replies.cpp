@@ -53,12 +53,12 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
       if (_o.cluster) {
         // The first stream key declared (it routes the call to this master), then a stream key
         // before each topic and data.
-        _keys.resize(run.size());
-        for (std::size_t k = 0; k < run.size(); ++k) _keys[k] = stream_key(run[k]->topic);
+        if (_keys.size() < run.size() + 1) _keys.resize(run.size() + 1);  // never shrunk: the strings keep their room
+        for (std::size_t k = 0; k < run.size(); ++k) name_into(_keys[k], topic_slot(run[k]->topic), "stream:", run[k]->topic);
         // Declared: a key of this node's channel's slot, which the master serves whatever
         // other slot is moving (a stream key of a moving slot would refuse the whole call).
-        _keys.push_back("wspush:{" + std::string(slot_tag(in.node_slot)) + "}:epoch");
-        _argv.assign({"FCALL", "wspush_publish_many", "1", _keys.back()});
+        name_into(_keys[run.size()], in.node_slot, "epoch", {});
+        _argv.assign({"FCALL", "wspush_publish_many", "1", _keys[run.size()]});
       } else {
         _argv.assign({"FCALL", "wspush_publish_batch", "0"});
       }
@@ -281,9 +281,7 @@ void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
   if (_o.cluster && kind.substr(0, 1) == "s") kind.remove_prefix(1);  // the sharded twins: smessage, ssubscribe, ...
   // This node's own channel there; under Redis Cluster any it had (a mark or marker sent on
   // the one before its slot moved still counts).
-  const bool own = _o.cluster ? channel.size() > _node_id.size() + 6 &&
-                                    channel.substr(channel.size() - _node_id.size() - 6) == ":node:" + _node_id
-                              : channel == in.node_channel;
+  const bool own = _o.cluster ? channel.ends_with(_node_suffix) : channel == in.node_channel;
   if (kind == "message") {
     const std::string_view payload = str(r->element[2]);
     if (own) return payload.substr(0, 5) == "mark " ? mark_arrived(in, payload) : marker(payload);

@@ -163,10 +163,6 @@ void redis_bus::handle_release(std::uint32_t, const std::string& topic) noexcept
 /// did in this tick, else at the next (on_turn after on_tick): a lone sub goes at once, and one
 /// of many waits at most a tick (50 ms), so that 19,000 mailboxes connecting within a few
 /// seconds cost Redis a few hundred commands, each a read, a wake-up and a write, not thousands.
-void redis_bus::send_batches() noexcept {
-  for (auto& in : _instances) send_batches(*in);
-}
-
 void redis_bus::send_batches(instance& in) noexcept {
   if (!in.sub.connected() || in.awaiting > 0) return;
   if (in.to_subscribe.size() < full_sub_batch && in.to_unsubscribe.size() < full_sub_batch) {
@@ -308,10 +304,6 @@ void redis_bus::queue_page(std::uint64_t pid, std::uint32_t k) noexcept {
     return drop_pending(pid);
   }
   pump_pages(in);
-}
-
-void redis_bus::pump_pages() noexcept {
-  for (auto& in : _instances) pump_pages(*in);
 }
 
 void redis_bus::pump_pages(instance& in) noexcept {
