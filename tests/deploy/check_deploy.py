@@ -679,15 +679,30 @@ class Deploy:
                     f"which the runtime stage does not install")
 
     # -- compose --------------------------------------------------------------------------------
-    def compose(self) -> None:
-        rel = "deploy/docker/compose.yaml"
+    def load_compose(self, rel: str, where: str) -> dict | None:
+        """A compose file, parsed (None: absent, or not YAML, which fails)."""
         if not self.exists(rel):
-            return
-        where = "compose.yaml"
+            return None
         try:
-            c = yaml.safe_load(self.read(rel))
+            return yaml.safe_load(self.read(rel))
         except yaml.YAMLError as e:
             R.fail(f"{where}: not YAML: {e}")
+            return None
+
+    def compose_config(self, rel: str, where: str) -> None:
+        """`docker compose config` on a compose file, where docker compose runs."""
+        if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+            env = {**os.environ, "WSPUSH_JWT_SECRET": "x", "WSPUSH_API_KEY": "x"}
+            r = subprocess.run(["docker", "compose", "-f", self.path(rel), "config", "-q"], capture_output=True, text=True, env=env)
+            R.check(r.returncode == 0, f"docker compose config ({where}): {r.stderr.strip()}")
+        else:
+            R.skip(f"docker compose config ({where}): docker compose not available")
+
+    def compose(self) -> None:
+        rel = "deploy/docker/compose.yaml"
+        where = "compose.yaml"
+        c = self.load_compose(rel, where)
+        if c is None:
             return
         services = c.get("services") or {}
         R.check("redis" in services, f"{where}: no redis service")
@@ -777,23 +792,13 @@ class Deploy:
                 R.check(sorted(ups) == sorted(listen_ports.items()),
                         f"{where}: nginx upstream {ups} is not the nodes' --listen ports {sorted(listen_ports.items())}")
                 self.compose_nginx = (variant, [h for h, _ in ups])
-
-        if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-            env = {**os.environ, "WSPUSH_JWT_SECRET": "x", "WSPUSH_API_KEY": "x"}
-            r = subprocess.run(["docker", "compose", "-f", self.path(rel), "config", "-q"], capture_output=True, text=True, env=env)
-            R.check(r.returncode == 0, f"docker compose config: {r.stderr.strip()}")
-        else:
-            R.skip("docker compose config: docker compose not available")
+        self.compose_config(rel, where)
 
     def compose_cluster(self) -> None:
         rel = "deploy/docker/compose.cluster.yaml"
-        if not self.exists(rel):
-            return
         where = "compose.cluster.yaml"
-        try:
-            c = yaml.safe_load(self.read(rel))
-        except yaml.YAMLError as e:
-            R.fail(f"{where}: not YAML: {e}")
+        c = self.load_compose(rel, where)
+        if c is None:
             return
         services = c.get("services") or {}
         redis = {n: s for n, s in services.items() if str(s.get("image", "")).startswith("redis:7") and
@@ -830,12 +835,7 @@ class Deploy:
         nginx = services.get("nginx") or {}
         confs = [v.split(":")[0] for v in nginx.get("volumes") or [] if isinstance(v, str) and v.split(":")[0].endswith(".conf")]
         R.check(confs == ["./nginx.conf"], f"{where}: nginx should mount ./nginx.conf (compose.yaml's), got {confs}")
-        if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-            env = {**os.environ, "WSPUSH_JWT_SECRET": "x", "WSPUSH_API_KEY": "x"}
-            r = subprocess.run(["docker", "compose", "-f", self.path(rel), "config", "-q"], capture_output=True, text=True, env=env)
-            R.check(r.returncode == 0, f"docker compose config ({where}): {r.stderr.strip()}")
-        else:
-            R.skip(f"docker compose config ({where}): docker compose not available")
+        self.compose_config(rel, where)
 
     # -- Kubernetes -----------------------------------------------------------------------------
     def kubernetes(self) -> None:

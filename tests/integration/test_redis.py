@@ -44,6 +44,7 @@ import websockets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_nginx import nginx_prefix  # noqa: E402
 from wsp_ports import reserve_port  # noqa: E402
+from wsp_bus import connect, readyz  # noqa: E402
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser,  # noqa: E402
                          check, no_positions, metric, poll_until, publish, publish_ok, recv_json, run_main, scaled,
@@ -62,13 +63,6 @@ def node(args, redis_url: str, extra=()) -> ServerProcess:
     return s
 
 
-def readyz(s: ServerProcess) -> int:
-    try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}/readyz", timeout=scaled(5)).status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def wait_ready(s: ServerProcess, ready: bool, seconds: float = 20) -> None:
     deadline = time.monotonic() + scaled(seconds)
     want = 200 if ready else 503
@@ -81,10 +75,6 @@ def wait_ready(s: ServerProcess, ready: bool, seconds: float = 20) -> None:
 
 
 
-
-
-async def connect(s: ServerProcess, port: int = 0):
-    return await websockets.connect(f"ws://127.0.0.1:{port or s.port}/ws", ping_interval=None, max_size=None)
 
 
 # ---- the steps ------------------------------------------------------------------------------------

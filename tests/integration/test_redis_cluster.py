@@ -29,14 +29,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-
-import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_bus import connect, node, readyz, resume_on_other_node, slot_of  # noqa: E402
 from wsp_redis import RedisCluster, RedisServer, _encode, _read_resp  # noqa: E402
-from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
+from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until,  # noqa: E402
                          publish, publish_ok, recv_json, run_main, scaled, subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,21 +41,7 @@ TTL_MS = 60000
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-# ---- the rule, transcribed from docs/REDIS.md ---------------------------------------------------
-
-def crc16(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
-def slot_of(topic: str) -> int:
-    return crc16(topic.encode()) % 16384
-
+# ---- the rule, transcribed from docs/REDIS.md (the slot: wsp_bus.py) ----------------------------
 
 def base36(n: int) -> str:
     out = DIGITS[n % 36]
@@ -71,7 +54,7 @@ def base36(n: int) -> str:
 def tag_of(slot: int) -> str:
     """The first word 0, 1, ..., z, 10, ... (base 36) whose CRC16 falls in the slot."""
     n = 0
-    while crc16(base36(n).encode()) % 16384 != slot:
+    while slot_of(base36(n)) != slot:
         n += 1
     return base36(n)
 
@@ -251,25 +234,6 @@ def publish_many(c: RedisCluster) -> None:
 
 # ---- nodes on the cluster ---------------------------------------------------------------------------
 
-def node(args, bus: str) -> ServerProcess:
-    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                      extra=["--bus", bus, "--threads", "2", "--history-size", "1000", "--allow-client-publish"]).start()
-    check(poll_until(lambda: metric(s, "wspush_bus_up") == 1 and readyz(s) == 200, scaled(20)),
-          "a node did not come up on the cluster\n" + s.log_tail())
-    return s
-
-
-def readyz(s: ServerProcess) -> int:
-    try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}/readyz", timeout=scaled(5)).status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
-async def connect(s: ServerProcess):
-    return await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, max_size=None)
-
-
 async def nodes_deliver(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> None:
     spread = spread_topics(c)
     topics = list(spread.values())
@@ -313,32 +277,10 @@ async def nodes_deliver(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> 
         await wb.close()
 
 
-async def resume_on_other_node(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> None:
+async def resume_across_masters(c: RedisCluster, a: ServerProcess, b: ServerProcess) -> None:
     topics = [f"resume:{k}" for k in range(6)]
-    wa = await connect(a)
-    await subscribe(wa, topics)
-    first = {t: publish_ok(a, t, 0) for t in topics}
-    for _ in topics:
-        await recv_json(wa)
-    await wa.close()
-    later = {t: [publish_ok(a, t, n) for n in (1, 2, 3)] for t in topics}
     check(len({c.node_of(slot_of(t)).port for t in topics}) > 1, "the resumed topics are all on one master")
-    wb = await connect(b)
-    try:
-        r = await subscribe(wb, topics, since=first)
-        check(r.get("lost") == [], f"a resume over the masters: {r}")
-        got = {t: [] for t in topics}
-        for _ in range(3 * len(topics)):
-            e = await recv_json(wb)
-            got[e["topic"]].append((e["id"], e["data"]))
-        for t in topics:
-            check(got[t] == list(zip(later[t], (1, 2, 3))), f"the replay of {t}: {got[t]}")
-        for t in topics:
-            eid = publish_ok(a, t, 4)
-            e = await recv_json(wb)
-            check(e.get("id") == eid and e.get("data") == 4, f"live after the resume of {t}: {e}")
-    finally:
-        await wb.close()
+    await resume_on_other_node(a, b, topics, "the masters")
 
 
 class Publisher(threading.Thread):
@@ -574,10 +516,10 @@ def main(args) -> None:
         f.step("keys that are not the topic's, slots mixed: refused", refusals, c)
         f.step("a batch, a slot's epoch, a mark", batch_epoch_mark, c)
         f.step("the nodes' batch over the slots of a master", publish_many, c)
-        a = node(args, c.url)
-        b = node(args, c.url)
+        a = node(args, c.url, "a node did not come up on the cluster")
+        b = node(args, c.url, "a node did not come up on the cluster")
         f.step("two nodes on the cluster: delivery over three masters", lambda: asyncio.run(nodes_deliver(c, a, b)))
-        f.step("a resume on the other node over the masters", lambda: asyncio.run(resume_on_other_node(c, a, b)))
+        f.step("a resume on the other node over the masters", lambda: asyncio.run(resume_across_masters(c, a, b)))
         f.step("marks from every master", marks_from_every_master, a)
         f.step("slots resharded while a publisher runs: no gap, no duplicate",
                lambda: asyncio.run(reshard_under_load(c, a, b)))

@@ -22,13 +22,9 @@ Exit 0 pass, 1 fail, 77 io_uring unavailable.
 import asyncio
 import os
 import sys
-import time
-import urllib.error
-import urllib.request
-
-import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsp_bus import connect, node, readyz, resume_on_other_node, shard_of  # noqa: E402
 from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
                          publish, publish_ok, recv_json, run_main, scaled, scrape_metrics, subscribe)
@@ -36,61 +32,16 @@ from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check,
 SHARDS = 3
 
 
-# ---- the rule, transcribed from its description in docs/REDIS.md --------------------------------
-
-def crc16_xmodem(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
-def jump_hash(key: int, buckets: int) -> int:
-    b, j = -1, 0
-    while j < buckets:
-        b = j
-        key = (key * 2862933555777941757 + 1) & 0xFFFFFFFFFFFFFFFF
-        j = int((b + 1) * (float(1 << 31) / float((key >> 33) + 1)))
-    return b
-
-
-def shard_of(topic: str, shards: int = SHARDS) -> int:
-    return jump_hash(crc16_xmodem(topic.encode()) % 16384, shards)
-
+# ---- helpers (the rule itself: wsp_bus.py, transcribed from docs/REDIS.md) ------------------------
 
 def topics_on(shard: int, count: int, prefix: str) -> "list[str]":
     out, k = [], 0
     while len(out) < count:
         t = f"{prefix}:{k}"
-        if shard_of(t) == shard:
+        if shard_of(t, SHARDS) == shard:
             out.append(t)
         k += 1
     return out
-
-
-# ---- helpers --------------------------------------------------------------------------------------
-
-def node(args, bus: str) -> ServerProcess:
-    s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                      extra=["--bus", bus, "--threads", "2", "--history-size", "1000",
-                             "--allow-client-publish"]).start()
-    check(poll_until(lambda: readyz(s) == 200 and metric(s, "wspush_bus_up") == 1, scaled(20)),
-          "a node did not connect to every shard")
-    return s
-
-
-def readyz(s: ServerProcess) -> int:
-    try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{admin_port(s)}/readyz", timeout=scaled(5)).status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
-async def connect(s: ServerProcess):
-    return await websockets.connect(f"ws://127.0.0.1:{s.port}/ws", ping_interval=None, max_size=None)
 
 
 def redis_up(s: ServerProcess) -> "dict[int, float]":
@@ -124,18 +75,18 @@ async def placement(rss: "list[RedisServer]", a: ServerProcess, b: ServerProcess
         epochs = [rs.command("GET", "wspush:epoch") for rs in rss]
         check(len(set(epochs)) == SHARDS, f"the shards' epochs: {epochs}")
         for t in topics:
-            check(epoch(ids[t]) == epochs[shard_of(t)], f"the id of {t} is not of its shard's epoch: {ids[t]}")
+            check(epoch(ids[t]) == epochs[shard_of(t, SHARDS)], f"the id of {t} is not of its shard's epoch: {ids[t]}")
         for k, rs in enumerate(rss):
             for t in topics:
-                want = 1 if shard_of(t) == k else 0
+                want = 1 if shard_of(t, SHARDS) == k else 0
                 got = rs.command("EXISTS", f"wspush:stream:{t}")
-                check(got == want, f"the stream of {t} (shard {shard_of(t)}) on shard {k}: EXISTS {got}")
+                check(got == want, f"the stream of {t} (shard {shard_of(t, SHARDS)}) on shard {k}: EXISTS {got}")
             channels = set(rs.command("PUBSUB", "CHANNELS", "wspush:topic:*"))
-            want = {f"wspush:topic:{t}" for t in topics if shard_of(t) == k}
+            want = {f"wspush:topic:{t}" for t in topics if shard_of(t, SHARDS) == k}
             check(channels == want, f"shard {k} has channels {sorted(channels)}, expected {sorted(want)}")
         # A backend publishing into the shard the rule names reaches the subscriber.
         for t in topics:
-            eid = rss[shard_of(t)].command("FCALL", "wspush_publish", "0", t, '"backend"')
+            eid = rss[shard_of(t, SHARDS)].command("FCALL", "wspush_publish", "0", t, '"backend"')
             e = await recv_json(wa)
             check(e == {"topic": t, "id": eid, "data": "backend"}, f"a backend's publish of {t}: {e}")
         # A client's pub on node B reaches node A, whatever its shard.
@@ -157,31 +108,7 @@ async def placement(rss: "list[RedisServer]", a: ServerProcess, b: ServerProcess
 
 
 async def resume_across_shards(a: ServerProcess, b: ServerProcess) -> None:
-    topics = [topics_on(k, 1, "resume")[0] for k in range(SHARDS)]
-    wa = await connect(a)
-    await subscribe(wa, topics)
-    first = {t: publish_ok(a, t, 0) for t in topics}
-    for _ in topics:
-        await recv_json(wa)
-    await wa.close()
-    later = {t: [publish_ok(a, t, n) for n in (1, 2, 3)] for t in topics}
-    wb = await connect(b)
-    try:
-        r = await subscribe(wb, topics, since=first)
-        check(r.get("lost") == [], f"a resume over three shards: {r}")
-        got = {t: [] for t in topics}
-        for _ in range(3 * len(topics)):
-            e = await recv_json(wb)
-            got[e["topic"]].append((e["id"], e["data"]))
-        for t in topics:
-            check(got[t] == list(zip(later[t], (1, 2, 3))), f"the replay of {t}: {got[t]}")
-        # Live behind the replay, once.
-        for t in topics:
-            eid = publish_ok(a, t, 4)
-            e = await recv_json(wb)
-            check(e.get("id") == eid and e.get("data") == 4, f"live after the resume of {t}: {e}")
-    finally:
-        await wb.close()
+    await resume_on_other_node(a, b, [topics_on(k, 1, "resume")[0] for k in range(SHARDS)], "three shards")
 
 
 async def one_shard_down(rss: "list[RedisServer]", a: ServerProcess, b: ServerProcess) -> None:
@@ -249,8 +176,8 @@ def main(args) -> None:
     rss = [RedisServer().start() for _ in range(SHARDS)]
     try:
         bus = ",".join(rs.url for rs in rss)
-        a = node(args, bus)
-        b = node(args, bus)
+        a = node(args, bus, "a node did not connect to every shard")
+        b = node(args, bus, "a node did not connect to every shard")
         f = Findings()
         f.step("each topic on the shard the rule names", lambda: asyncio.run(placement(rss, a, b)))
         f.step("a resume over three shards on the other node", lambda: asyncio.run(resume_across_shards(a, b)))

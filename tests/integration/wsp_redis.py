@@ -149,9 +149,7 @@ class RedisCluster:
         deadline = time.monotonic() + timeout
         while True:
             down = []
-            for n in self.nodes:
-                if n.proc is None or n.proc.poll() is not None:
-                    continue
+            for n in self.running():
                 info = n.command("INFO", "replication")
                 if "role:slave" in info and "master_link_status:up" not in info:
                     down.append(n.port)
@@ -160,15 +158,17 @@ class RedisCluster:
             check(time.monotonic() < deadline, f"replicas {down} did not sync within {timeout:.0f}s")
             time.sleep(0.1)
 
+    def running(self) -> "list[RedisServer]":
+        """The nodes whose process runs (a test may have killed some)."""
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
     def wait_ok(self, timeout: float) -> None:
         """Until every running node says cluster_state:ok (polled: the cluster announces it to
         no one)."""
         deadline = time.monotonic() + timeout
         while True:
             states = []
-            for n in self.nodes:
-                if n.proc is None or n.proc.poll() is not None:
-                    continue
+            for n in self.running():
                 try:
                     states.append("cluster_state:ok" in n.command("CLUSTER", "INFO"))
                 except (OSError, RuntimeError):
@@ -180,10 +180,8 @@ class RedisCluster:
 
     def slots(self) -> "list[tuple[int, int, int, list[int]]]":
         """CLUSTER SLOTS as (first, last, master port, [replica ports]), from a running node."""
-        for n in self.nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                return [(int(r[0]), int(r[1]), int(r[2][1]), [int(x[1]) for x in r[3:]])
-                        for r in n.command("CLUSTER", "SLOTS")]
+        for n in self.running():
+            return [(int(r[0]), int(r[1]), int(r[2][1]), [int(x[1]) for x in r[3:]]) for r in n.command("CLUSTER", "SLOTS")]
         raise AssertionError("no cluster node is running")
 
     def node_of(self, slot: int) -> RedisServer:
