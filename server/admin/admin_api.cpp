@@ -333,7 +333,10 @@ void admin_api::state::reply_publish(std::string& out, publish_outcome r, std::s
   if (r.kind == publish_outcome::unavailable)
     return reply(out, 503, k_json, error_body("unavailable"), close, "Retry-After: 1\r\n");
   if (r.kind == publish_outcome::timeout)
-    return reply(out, 504, k_json, error_body("timeout", "no answer from the bus in time: it may have been published"), close);
+    return reply(out, 504, k_json,
+                 error_body("timeout", r.id_or_error.empty() ? "no answer from the bus in time: it may have been published"
+                                                             : r.id_or_error),
+                 close);
   const std::string_view code = r.id_or_error.empty() ? "bad_request" : r.id_or_error;
   reply(out, 400, k_json, error_body(code, reason), close);
 }

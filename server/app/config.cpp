@@ -169,6 +169,15 @@ const std::vector<option>& options() {
        "with --bus=redis://...: a command Redis has not answered within this marks the bus stalled "
        "(/readyz 503, wspush_bus_stalled 1); an idle link is pinged every second",
        SECS("redis-timeout", redis_timeout)},
+      {"redis-wait-replicas", "N",
+       "with --bus=redis://...: a publish is answered 200 only once N replicas of its Redis have it (WAIT after "
+       "each batch), so that a failover to one of them keeps it; fewer within --redis-wait-ms: 504, published on "
+       "the master only. 0: answered once the master has it",
+       U32("redis-wait-replicas", redis_wait_replicas, 0, 64)},
+      {"redis-wait-ms", "MS",
+       "with --redis-wait-replicas: how long a batch of publishes waits for its replicas (the Redis link waits "
+       "with it: keep it well under --redis-timeout)",
+       U32("redis-wait-ms", redis_wait_ms, 1, 60'000)},
       {"reuseport", "", "let several wspush processes share the listening port (SO_REUSEPORT)",
        [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
        [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},
@@ -282,6 +291,11 @@ config parse_config(int argc, char** argv) {
                        "or --auth=none to let anyone connect without a token");
   if (!c.bus.empty() && c.mode != app_mode::pubsub)
     throw config_error("--bus=redis://... carries the pub/sub protocol: it needs --mode=pubsub");
+  if (c.redis_wait_replicas > 0 && c.bus.empty())
+    throw config_error("--redis-wait-replicas waits for Redis replicas: it needs --bus=redis://...");
+  if (c.redis_wait_replicas > 0 && c.redis_wait_ms >= c.redis_timeout * 1000)
+    throw config_error("--redis-wait-ms must be under --redis-timeout: the link waits for WAIT, and a wait that "
+                       "long would mark the bus stalled");
   if (c.tls_cert.empty() != c.tls_key.empty())
     throw config_error("--tls-cert and --tls-key go together: give both (TLS) or neither (plain ws://)");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());

@@ -33,6 +33,8 @@ struct config {
   bool reuseport = false;
   std::string bus;  // empty: the embedded bus; else redis://[:password@]host:port[/db]
   double redis_timeout = 3;  // a command unanswered this long: the Redis bus is stalled
+  std::uint32_t redis_wait_replicas = 0;  // durable publishes: replicas that must have each (WAIT)
+  std::uint32_t redis_wait_ms = 500;      // how long WAIT waits for them
   std::string tls_cert, tls_key;  // both: the public listener speaks TLS (wss://, https://)
   kernel_tls_mode kernel_tls = kernel_tls_mode::automatic;
   std::uint32_t history_size = 100;   // per topic

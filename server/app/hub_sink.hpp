@@ -49,10 +49,13 @@ class bus_sink final : public publish_sink {
   void end_turn() noexcept override { _bus.wake_for_posts(); }
   publish_outcome collect(std::uint64_t ticket) noexcept override {
     try {
+      _id.clear();
       switch (_bus.publish_collect(ticket, _id, std::chrono::milliseconds{0})) {
         case bus::bus_publish::ok: return {publish_outcome::ok, _id};
         case bus::bus_publish::refused: return {publish_outcome::unavailable, "refused by Redis"};
-        case bus::bus_publish::unknown: return {publish_outcome::timeout, "no answer from Redis"};
+        // Its text, when Redis ran it but fewer replicas had it than --redis-wait-replicas asks
+        // (else empty: no answer came).
+        case bus::bus_publish::unknown: return {publish_outcome::timeout, _id};
         case bus::bus_publish::unavailable: break;
       }
     } catch (const std::exception&) {

@@ -185,6 +185,8 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   // The largest event data either way in: an admin body, a client's message (each holds it).
   o.max_event_bytes = std::max<std::size_t>(cfg.max_body_bytes, cfg.conn.max_message_bytes);
   o.redis_timeout = cfg.redis_timeout;
+  o.wait_replicas = cfg.redis_wait_replicas;
+  o.wait_ms = cfg.redis_wait_ms;
   std::string where;
   for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
   log(log_level::info, "bus: Redis at %s%s; history in its streams: %u events per topic, %gs; events up to %zu bytes",

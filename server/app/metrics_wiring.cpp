@@ -105,6 +105,7 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
   m.add_counter_fn("wspush_bus_lost_notices_total", [p] { return double(p->counters().lost_notices.get()); });
   m.add_counter_fn("wspush_bus_marks_total", [p] { return double(p->counters().marks.get()); });
   m.add_counter_fn("wspush_bus_pubs_refused_total", [p] { return double(p->counters().pubs_refused.get()); });
+  m.add_counter_fn("wspush_bus_unreplicated_total", [p] { return double(p->counters().unreplicated.get()); });
   m.add_gauge_fn("wspush_bus_pending", [p] { return double(p->counters().pending.get()); });
   m.add_gauge_fn("wspush_bus_replays_paced", [p] { return double(p->counters().paced.get()); });
   m.add_gauge_fn("wspush_bus_waiting_topics", pubsub_sum(shards, &pubsub::pubsub_counters::waiting_topics));

@@ -40,6 +40,8 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
     : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}), _node_id(random_node_id()),
       _node_channel(std::string(node_prefix) + _node_id), _node_suffix(":node:" + _node_id) {
   _instances.reserve(max_instances);  // never moved: other threads read them (up_at)
+  _wait_args[0] = std::to_string(_o.wait_replicas);
+  _wait_args[1] = std::to_string(_o.wait_ms);
   if (_o.cluster) {
     // The masters come from the cluster's map (apply_map); the seeds are where it is asked.
     _slot_owner.reset(new std::atomic<std::uint16_t>[cluster_slots]);

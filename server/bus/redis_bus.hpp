@@ -88,6 +88,10 @@ struct redis_bus_options {
   std::size_t max_event_bytes = 1u << 20;
   std::size_t max_pub_bytes = 64u << 20;   ///< clients' pubs in flight to Redis, node-wide: past it a pub is refused
   double redis_timeout = 3;          ///< --redis-timeout: a command unanswered this long: stalled()
+  /// --redis-wait-replicas: a publish is answered ok only once this many replicas of its Redis
+  /// have it (WAIT after each batch); 0: once the master has it.
+  std::uint32_t wait_replicas = 0;
+  std::uint32_t wait_ms = 500;       ///< --redis-wait-ms: how long WAIT waits for them
 };
 
 struct redis_bus_counters {
@@ -106,6 +110,7 @@ struct redis_bus_counters {
   relaxed_counter marks;           ///< marks heard back on the subscriber connection (wspush_mark)
   relaxed_counter pubs_refused;    ///< clients' pubs refused at once: the node's bound on pubs in flight
   relaxed_counter protocol_errors; ///< replies that broke RESP, a bound or the order: link dropped
+  relaxed_counter unreplicated;    ///< publishes run but not on wait_replicas replicas in time: answered timeout
 };
 
 /// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:
@@ -246,6 +251,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void send_batch(instance& in, std::span<request* const> run) noexcept;
   void publish_refused(request& r) noexcept;
   void publishes_answered(op& o, const resp::reply* r) noexcept;
+  void replicas_answered(op& o, const resp::reply* r) noexcept;
+  void settle_pub(batched_pub& b, bus_publish result, std::string_view text) noexcept;
   void on_sub_message(instance& in, const resp::reply* r) noexcept;
   void confirmed(instance& in, const std::string& topic) noexcept;
   void unsubscribed(instance& in, const std::string& topic) noexcept;
@@ -340,6 +347,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::vector<std::string> _slot_epoch;
   std::string _library;
   std::vector<std::string> _keys;  // scratch: a batch's stream keys
+  std::string _wait_args[2];       // WAIT's replicas and milliseconds (durable publishes)
   std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;

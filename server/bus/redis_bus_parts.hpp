@@ -168,17 +168,21 @@ struct redis_bus::batched_pub {
   std::size_t bytes = 0;
   std::string topic;        // client: for its error, if one comes
   std::shared_ptr<waiter> w;
+  // Durable publishes (--redis-wait-replicas): what Redis answered, kept until WAIT answers.
+  bus_publish result = bus_publish::unknown;
+  std::string text;
 };
 
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, marker, mark, node_bytes, slots, other };
+  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, wait, marker, mark, node_bytes, slots, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
   std::uint32_t index = 0;
   std::uint32_t shard = 0;
   std::uint64_t tag = 0;    // replay: the link generation it was sent on
-  std::vector<batched_pub> pubs;  // publishes: one per pair of the call, in order
+  std::vector<batched_pub> pubs;  // publishes: one per pair of the call, in order (wait: handed on)
+  op* then_wait = nullptr;  // publishes: the WAIT sent right behind the call (durable), which settles them
   redis_bus* bus = nullptr;
   instance* in = nullptr;   // the Redis it was sent to
 };

@@ -76,6 +76,15 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
       }
       sent = command(in, _argv, o);  // deletes o if it was not sent
       if (sent) _n.publish_calls.add();
+      // Durable: WAIT, pipelined right behind the call, answers once wait_replicas replicas of
+      // this Redis have every write made before it on this link (or wait_ms ran out); the
+      // call's publishes are settled by its answer (replicas_answered).
+      if (sent && _o.wait_replicas > 0) {
+        if (auto* w = new (std::nothrow) op{op::wait}) {
+          o->then_wait = w;
+          if (!command(in, {"WAIT", _wait_args[0], _wait_args[1]}, w)) o->then_wait = nullptr;
+        }
+      }
     } catch (...) {
       delete o;
     }
@@ -126,6 +135,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       in.cmd_ready = true;
       return ready_check(in);
     case op::publishes: return publishes_answered(*o, r);
+    case op::wait: return replicas_answered(*o, r);
     case op::replay: {
       if (o->tag == in.link_gen && in.pages_in_flight > 0) --in.pages_in_flight;  // pump_pages (on_turn) sends the next
       if (r == nullptr) return;  // the link went: went_down holds the sub, or redoes the catch-up
@@ -256,22 +266,63 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
                                : e->type == resp::reply_type::error      ? bus_publish::refused
                                : e->type == resp::reply_type::string && e->len > 0 ? bus_publish::ok
                                                                          : bus_publish::refused;
-    if (!b.client) {
-      if (b.w) b.w->finish(result, result == bus_publish::refused && e->type != resp::reply_type::error ? "a malformed reply" : str(e));
+    const std::string_view text = result == bus_publish::refused && e->type != resp::reply_type::error ? "a malformed reply" : str(e);
+    if (o.then_wait == nullptr) {
+      settle_pub(b, result, text);
       continue;
     }
-    pub_answered(b.bytes);
-    if (result == bus_publish::ok && b.shard < _pubs_done.size()) {
+    b.result = result;
+    if (!b.client) {
       try {
-        _pubs_done[b.shard].push_back(b.tag);  // answered in one reply per shard (on_turn)
-        continue;
+        b.text.assign(text);
       } catch (...) {
+        b.result = bus_publish::unknown;  // its id cannot be kept: it may have been published
       }
     }
-    // Refused: the client hears unavailable. Unanswered (the link broke with it sent), or taken
-    // with no memory to say so: timeout, it may have been published.
-    pub_failed(b.shard, b.tag, std::move(b.topic), result != bus_publish::refused);
   }
+  if (o.then_wait != nullptr) o.then_wait->pubs = std::move(o.pubs);
+}
+
+/// WAIT answered for a batch of durable publishes: those Redis ran are answered ok if enough
+/// replicas have them, else timeout (published on the master, which a failover may lose: a
+/// retry may publish twice). No answer: the link broke, and they stay unknown.
+void redis_bus::replicas_answered(op& o, const resp::reply* r) noexcept {
+  const long long had = r != nullptr && r->type == resp::reply_type::integer ? r->integer : -1;
+  const bool enough = had >= static_cast<long long>(_o.wait_replicas);
+  for (batched_pub& b : o.pubs) {
+    if (b.result == bus_publish::ok && !enough) {
+      _n.unreplicated.add();
+      b.result = bus_publish::unknown;
+      if (had >= 0) {
+        char why[160];
+        std::snprintf(why, sizeof why, "published as %.64s, but %lld of %u replicas had it within %u ms", b.text.c_str(), had,
+                      _o.wait_replicas, _o.wait_ms);
+        b.text.assign(why);
+      } else {
+        b.text.clear();
+      }
+    }
+    settle_pub(b, b.result, b.text);
+  }
+}
+
+/// One publish of a batch answered: its admin waiter, or its client's shard.
+void redis_bus::settle_pub(batched_pub& b, bus_publish result, std::string_view text) noexcept {
+  if (!b.client) {
+    if (b.w) b.w->finish(result, text);
+    return;
+  }
+  pub_answered(b.bytes);
+  if (result == bus_publish::ok && b.shard < _pubs_done.size()) {
+    try {
+      _pubs_done[b.shard].push_back(b.tag);  // answered in one reply per shard (on_turn)
+      return;
+    } catch (...) {
+    }
+  }
+  // Refused: the client hears unavailable. Unanswered (the link broke with it sent), or taken
+  // with no memory to say so: timeout, it may have been published.
+  pub_failed(b.shard, b.tag, std::move(b.topic), result != bus_publish::refused);
 }
 
 /// Everything a subscriber connection hears: subscribe and unsubscribe confirmations, events.

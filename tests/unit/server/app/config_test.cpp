@@ -60,6 +60,13 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK_THROWS_WITH(parse({"--tls-cert", "a.pem"}), Catch::Contains("--tls-key"));
   CHECK_THROWS_WITH(parse({"--tls-key", "k.pem"}), Catch::Contains("--tls-cert"));
   CHECK(parse({"--tls-cert", "a.pem", "--tls-key", "k.pem"}).tls_cert == "a.pem");
+  // Durable publishes: Redis replicas only, and a wait the stall check does not take for a stall.
+  CHECK_THROWS_WITH(parse({"--redis-wait-replicas", "1"}), Catch::Contains("--bus=redis://"));
+  CHECK_THROWS_WITH(parse({"--bus", "redis://127.0.0.1:6379", "--redis-wait-replicas", "1", "--redis-wait-ms", "3000"}),
+                    Catch::Contains("--redis-timeout"));
+  config d = parse({"--bus", "redis://127.0.0.1:6379", "--redis-wait-replicas", "2", "--redis-wait-ms", "250"});
+  CHECK(d.redis_wait_replicas == 2);
+  CHECK(d.redis_wait_ms == 250);
 }
 
 TEST_CASE("config: --kernel-tls is auto unless said otherwise") {
