@@ -12,12 +12,15 @@ generator and Redis share --client-cpu (or Redis gets --redis-cpu). With --shard
 bus spans N isolated shards (N redis-servers in one --bus list); give several to compare: each
 Redis's CPU per publish is printed, their sum and the busiest one's (the bus carries about
 1 / busiest events per second of one core when Redis is what limits it). With --cluster N, a Redis
-Cluster of N masters (no replicas, N >= 3) instead.
+Cluster of N masters (no replicas, N >= 3) instead. With --replicas each isolated shard has a
+replica, and --wait N (repeat to compare, 0 included) runs the node with --redis-wait-replicas N:
+the replicas' CPU per publish is printed apart from the masters'.
 
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush
   loadgen/scenarios/bus_vs_embedded.py --wspush /path/to/before/wspush --wspush build/server/wspush --rounds 2
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --events-per-mailbox 1 --node-bytes 512
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --shards 1 --shards 3 --shards 6 --no-embedded
+  loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --no-embedded --replicas --wait 0 --wait 1
 
 Only processes started here are stopped (by PID).
 """
@@ -102,9 +105,10 @@ def redis_cpu(r) -> float:
     return sum(r.cpus())
 
 
-def run(a, binary: str, shards: int, cluster: int = 0) -> None:
+def run(a, binary: str, shards: int, cluster: int = 0, wait: int = 0) -> None:
     bus = shards > 0 or cluster > 0
     servers = []
+    replicas = []
     r = None
     extra = []
     c = None
@@ -121,6 +125,17 @@ def run(a, binary: str, shards: int, cluster: int = 0) -> None:
                                            extra=("--stream-node-max-bytes", str(a.node_bytes))).start())
             r = Shards([redis.Redis(port=rs.port) for rs in servers])
             extra = ["--bus", ",".join(rs.url for rs in servers)]
+            if a.replicas:
+                for rs in servers:
+                    replicas.append(RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
+                                                extra=("--replicaof", "127.0.0.1", str(rs.port))).start())
+                deadline = time.monotonic() + 30
+                while not all("state=online" in (rs.command("INFO", "replication") or "") for rs in servers):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the replicas did not sync")
+                    time.sleep(0.05)
+                extra += ["--redis-wait-replicas", str(wait)]
+        rr = Shards([redis.Redis(port=rs.port) for rs in replicas]) if replicas else None
         port, aport = free_port(), free_port()
         srv = subprocess.Popen(["taskset", "-c", a.node_cpu, binary, "--listen", f"127.0.0.1:{port}",
                                 "--admin-listen", f"127.0.0.1:{aport}", "--auth=none", "--threads", "1",
@@ -133,6 +148,7 @@ def run(a, binary: str, shards: int, cluster: int = 0) -> None:
                 time.sleep(0.05)
             events = a.mailboxes * a.events_per_mailbox
             each0 = r.cpus() if r else []
+            rep0 = redis_cpu(rr) if rr else 0.0
             c0, t0 = sum(each0), time.monotonic()
             stats0 = r.info("commandstats") if r else {}
             lg = subprocess.Popen(["taskset", "-c", a.client_cpu, a.loadgen, "mailboxes", "--url", f"ws://127.0.0.1:{port}/ws",
@@ -154,6 +170,7 @@ def run(a, binary: str, shards: int, cluster: int = 0) -> None:
                 time.sleep(0.01)
             stdout, stderr = lg.communicate()
             each1 = r.cpus() if r else []
+            rep1 = redis_cpu(rr) if rr else 0.0
             c1, t1 = sum(each1), time.monotonic()
             stats1 = r.info("commandstats") if r else {}
             calls = stats1.get("cmdstat_fcall", {}).get("calls", 0) if r else 0
@@ -165,7 +182,10 @@ def run(a, binary: str, shards: int, cluster: int = 0) -> None:
         except (ValueError, IndexError):
             print(f"{binary}: the load generator gave no result: {stderr[-300:]}", flush=True)
             return
-        line = (f"{binary} {(f'cluster x{cluster}' if cluster else f'redis x{shards}') if bus else 'embedded'}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
+        what = (f'cluster x{cluster}' if cluster else f'redis x{shards}') if bus else 'embedded'
+        if replicas:
+            what += f" with replicas, wait {wait}"
+        line = (f"{binary} {what}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
                 f"p50 {j['latency_us']['p50'] / 1000:.2f} ms, p99 {j['latency_us']['p99'] / 1000:.2f} ms, "
                 f"delivered {j['counters']['deliveries']}, lost {j['loss']}, doubled {j['counters']['duplicates']}")
         if bus:
@@ -174,6 +194,8 @@ def run(a, binary: str, shards: int, cluster: int = 0) -> None:
                 line += (f", {1e6 * (last[0] - first[0]) / events:.1f} in the publish window ({last[2] - first[2]:.2f} s),"
                          f" {1e6 * (first[0] - c0) / events:.1f} before it ({first[2] - t0:.1f} s)")
             line += f", {calls} FCALLs"
+            if rr:
+                line += f"; replicas {1e6 * (rep1 - rep0) / events:.1f} us/publish over the run"
             if shards > 1:
                 per = [1e6 * (y - x) / events for x, y in zip(each0, each1)]
                 line += (f"; per Redis over the run: " + ", ".join(f"{v:.1f}" for v in per) +
@@ -198,7 +220,7 @@ def run(a, binary: str, shards: int, cluster: int = 0) -> None:
                     print(f"    thread {t}: {v - first[1][t][0]} voluntary, {nv - first[1][t][1]} involuntary context "
                           "switches in the publish window", flush=True)
     finally:
-        for rs in servers:
+        for rs in replicas + servers:
             rs.close()
         if c:
             c.close()
@@ -220,13 +242,16 @@ def main() -> None:
     p.add_argument("--cluster", type=int, action="append", default=[], help="masters of a Redis Cluster (repeat to compare)")
     p.add_argument("--pipeline", type=int, default=32, help="admin publish requests in flight (the load generator's)")
     p.add_argument("--publish-batch", type=int, default=1, help="events per admin request (POST /publish/batch above 1)")
+    p.add_argument("--replicas", action="store_true", help="each isolated shard gets a replica")
+    p.add_argument("--wait", type=int, action="append", help="with --replicas: --redis-wait-replicas (repeat to compare)")
     a = p.parse_args()
     for _ in range(a.rounds):
         for binary in a.wspush:
             if not a.no_embedded:
                 run(a, binary, 0)
             for n in a.shards or ([] if a.cluster else [1]):
-                run(a, binary, n)
+                for w in (a.wait or [0]) if a.replicas else [0]:
+                    run(a, binary, n, 0, w)
             for n in a.cluster:
                 run(a, binary, 0, n)
 
