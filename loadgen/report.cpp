@@ -82,6 +82,10 @@ void print_text(std::FILE* out, const run_result& r) {
                n(ctr::sent), o.size, n(ctr::publish_errors), n(ctr::unique), n(ctr::expected),
                static_cast<unsigned long long>(t.loss()), n(ctr::duplicates), n(ctr::gaps), n(ctr::reordered),
                n(ctr::foreign));
+  if (t.loss() > 0 || n(ctr::lost_notices) > 0)
+    std::fprintf(out, "  told lost: %llu notices, %llu subbed; missing where nothing said so: %llu (publishes answered "
+                 "504 and not sent again: %llu)\n",
+                 n(ctr::lost_notices), n(ctr::lost_reported), n(ctr::untold_loss), n(ctr::publish_unknown));
   if (r.settle_s >= 0) std::fprintf(out, "  first publish %.3f s after the last connection was up\n", r.settle_s);
   std::fprintf(out, "  %.3f s from first publish to last delivery, %.0f deliveries/s\n", r.publish_s,
                r.deliveries_per_s());

@@ -46,6 +46,7 @@ namespace wspush::loadgen {
   X(sub_errors, "error replies to sub or pub")                                          \
   X(lost_reported, "subbed replies whose lost list was not empty")                      \
   X(lost_notices, "lost notices in the stream: a topic's events may be missing")        \
+  X(untold_loss, "deliveries missing on checked connections never told their topic was lost") \
   X(sent, "messages published")                                                         \
   X(publish_errors, "publishes the server refused or did not answer")                   \
   X(publish_retries, "admin publishes answered 503 (not published) and sent again")      \

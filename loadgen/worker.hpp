@@ -51,6 +51,7 @@ struct lg_conn {
   bool churner = false;
   bool storm_wait = false;   ///< dropped in the storm, not back yet
   bool deflate = false;      ///< its 101 accepted permessage-deflate
+  bool told = false;         ///< heard its topic lost (a notice, or a `subbed` that listed it)
 };
 
 static_assert(sizeof(lg_conn) <= 64, "a connection's record fits a cache line");

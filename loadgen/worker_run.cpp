@@ -39,6 +39,11 @@ int worker::run() noexcept {
     }
     wait(next_timeout(now_ns()));
   }
+  // What is missing where nothing said so: a silent gap, unless its publish was never made
+  // (answered 504 and not sent again: publish_unknown bounds those).
+  _c[ctr::untold_loss] = 0;
+  for (std::uint32_t i = 0; i < _conns.size(); ++i)
+    if (_conns[i].checked && !_conns[i].told && _conns[i].received < wanted(i)) _c[ctr::untold_loss] += wanted(i) - _conns[i].received;
   send_sample(msg_kind::final_result);
   // Keep the sockets open until the parent has taken its last reading of the server.
   while (!_cmd.quit) wait(1000);
@@ -216,7 +221,10 @@ void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
     case server_msg::subbed: {
       if (c.state != conn_state::subscribing) return;
       const bool lost = subbed_reports_lost(msg);
-      if (lost) ++_c[ctr::lost_reported];
+      if (lost) {
+        ++_c[ctr::lost_reported];
+        c.told = true;
+      }
       // Before its first event, or once its topic was reported lost, a reconnecting connection
       // resumes from where `subbed` put it (the events replayed behind it move it on).
       if (!_last_ids.empty() && (lost || _last_ids[i].len == 0)) keep_id(i, subbed_position(msg));
@@ -228,7 +236,10 @@ void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
       // does after `unavailable` (a node whose bus is busy or down); otherwise it stays closed.
       if (c.state == conn_state::subscribing) drop(i, reconnects() && _go, 200'000'000 + _rng.next() % 800'000'000);
       return;
-    case server_msg::lost: ++_c[ctr::lost_notices]; return;  // told: what is missing after it is not silent
+    case server_msg::lost:  // told: what is missing after it is not silent
+      ++_c[ctr::lost_notices];
+      c.told = true;
+      return;
     case server_msg::other: ++_c[ctr::foreign]; return;
   }
 }
