@@ -178,6 +178,7 @@ struct admin_api::state {
   respond_result refuse_busy(std::string& out, std::size_t lines, bool close);
   waiting_request& open_wait(std::uint64_t tag, bool batch, bool close);
   void add_entry(waiting_request& w, std::uint64_t tag, const publish_outcome& r);
+  std::string bus_down_body();
   void take_outcome(waiting_request::entry& e) noexcept;
   void update_gauge() noexcept {
     if (waiting_gauge) waiting_gauge->set(static_cast<double>(tickets.size()));
@@ -321,6 +322,20 @@ void admin_api::state::take_outcome(waiting_request::entry& e) noexcept {
     e.text.clear();
   }
   count(r.kind);
+}
+
+/// /readyz while the bus is down: {"status":"bus_down"}, with the reason when the sink has one.
+std::string admin_api::state::bus_down_body() {
+  std::string b = "{\"status\":\"bus_down\"";
+  try {
+    const std::string why = sink.not_ready_reason();
+    if (!why.empty()) {
+      b += ",\"reason\":";
+      append_json_string(b, why);
+    }
+  } catch (...) {
+  }
+  return b += '}';
 }
 
 void admin_api::state::reply_publish(std::string& out, publish_outcome r, std::string_view reason, bool close) {
@@ -476,7 +491,7 @@ admin_api::respond_result admin_api::respond(const proto::http_request& req, std
     case route::healthz: s.reply(out, 200, k_json, "{\"status\":\"ok\"}", close); break;
     default:
       if (s.draining.load(std::memory_order_relaxed)) s.reply(out, 503, k_json, "{\"status\":\"draining\"}", close);
-      else if (!s.sink.ready()) s.reply(out, 503, k_json, "{\"status\":\"bus_down\"}", close, "Retry-After: 1\r\n");
+      else if (!s.sink.ready()) s.reply(out, 503, k_json, s.bus_down_body(), close, "Retry-After: 1\r\n");
       else if (s.sink.stalled()) s.reply(out, 503, k_json, "{\"status\":\"bus_stalled\"}", close, "Retry-After: 1\r\n");
       else s.reply(out, 200, k_json, "{\"status\":\"ready\"}", close);
   }

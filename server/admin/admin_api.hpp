@@ -80,6 +80,8 @@ class publish_sink {
   /// Whether publishes can be taken now (false while a bus outside the process is down):
   /// /readyz answers 503 bus_down while it is not.
   virtual bool ready() const noexcept { return true; }
+  /// Why it is not ready, for /readyz (empty: nothing to say).
+  virtual std::string not_ready_reason() const { return {}; }
   /// Whether the bus has left a command unanswered longer than it may: /readyz answers 503
   /// bus_stalled while it has.
   virtual bool stalled() const noexcept { return false; }

@@ -22,13 +22,13 @@ struct option {
   std::function<void(config&, std::string_view)> set;
 };
 
-std::string read_secret_file(const std::string& path) {
+std::string read_secret_file(const std::string& path, std::string_view flag = "--jwt-secret-file") {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw config_error("--jwt-secret-file: cannot read '" + path + "'");
+  if (!in) throw config_error(std::string(flag) + ": cannot read '" + path + "'");
   std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!secret.empty() && secret.back() == '\n') secret.pop_back();
   if (!secret.empty() && secret.back() == '\r') secret.pop_back();
-  if (secret.empty()) throw config_error("--jwt-secret-file: '" + path + "' is empty");
+  if (secret.empty()) throw config_error(std::string(flag) + ": '" + path + "' is empty");
   return secret;
 }
 
@@ -148,10 +148,10 @@ const std::vector<option>& options() {
        [](const config&) { return std::string("(unset)"); },
        [](config& c, std::string_view v) { c.jwt_secret = read_secret_file(std::string(v)); }},
       {"bus", "URL",
-       "embedded (this process alone), or redis://[:password@]host:port[/db]: nodes share publishes and history "
-       "through Redis 7; several redis:// URLs, comma-separated, are isolated shards: each topic lives on one "
-       "(docs/REDIS.md says which), in the order given; redis-cluster://[:password@]host:port[,host:port...] is a "
-       "Redis Cluster, by its seed nodes (sharded pub/sub)",
+       "embedded (this process alone), or redis://[[user]:password@]host:port[/db]: nodes share publishes and "
+       "history through Redis 7; several redis:// URLs, comma-separated, are isolated shards: each topic lives on "
+       "one (docs/REDIS.md says which), in the order given; redis-cluster://[[user]:password@]host:port[,host:port...] "
+       "is a Redis Cluster, by its seed nodes (sharded pub/sub). rediss:// and rediss-cluster://: over TLS",
        [](const config& c) { return c.bus.empty() ? std::string("embedded") : c.bus; },
        [](config& c, std::string_view v) {
          if (v == "embedded") {
@@ -169,6 +169,25 @@ const std::vector<option>& options() {
        "with --bus=redis://...: a command Redis has not answered within this marks the bus stalled "
        "(/readyz 503, wspush_bus_stalled 1); an idle link is pinged every second",
        SECS("redis-timeout", redis_timeout)},
+      {"redis-password-file", "FILE",
+       "with --bus=redis://...: the password of every Redis whose URL gives none (one trailing newline is "
+       "ignored), so that it never stands in a process list; with redis://user@host, that ACL user's",
+       [](const config& c) { return c.redis_password_file.empty() ? std::string("none") : c.redis_password_file; },
+       [](config& c, std::string_view v) {
+         c.redis_password_file = v;
+         c.redis_password = read_secret_file(c.redis_password_file, "--redis-password-file");
+       }},
+      {"redis-tls-ca", "FILE",
+       "with rediss://: the CA (PEM) that signed Redis's certificate; the system's store when not given. The "
+       "certificate must name the URL's host",
+       [](const config& c) { return c.redis_tls.ca.empty() ? std::string("system store") : c.redis_tls.ca; },
+       [](config& c, std::string_view v) { c.redis_tls.ca = v; }},
+      {"redis-tls-cert", "FILE", "with rediss://: a client certificate (PEM) for Redis with tls-auth-clients yes",
+       [](const config& c) { return c.redis_tls.cert.empty() ? std::string("none") : c.redis_tls.cert; },
+       [](config& c, std::string_view v) { c.redis_tls.cert = v; }},
+      {"redis-tls-key", "FILE", "with --redis-tls-cert: its private key (PEM)",
+       [](const config& c) { return c.redis_tls.key.empty() ? std::string("none") : c.redis_tls.key; },
+       [](config& c, std::string_view v) { c.redis_tls.key = v; }},
       {"redis-wait-replicas", "N",
        "with --bus=redis://...: a publish is answered 200 only once N replicas of its Redis have it (WAIT after "
        "each batch), so that a failover to one of them keeps it; fewer within --redis-wait-ms: 504, published on "
@@ -291,6 +310,19 @@ config parse_config(int argc, char** argv) {
                        "or --auth=none to let anyone connect without a token");
   if (!c.bus.empty() && c.mode != app_mode::pubsub)
     throw config_error("--bus=redis://... carries the pub/sub protocol: it needs --mode=pubsub");
+  if (!c.bus.empty()) {
+    const auto spec = bus::parse_bus_spec(c.bus);  // checked when set
+    for (const auto& t : spec.targets)
+      if (!t.user.empty() && t.password.empty() && c.redis_password.empty())
+        throw config_error("--bus " + t.describe() + ": the ACL user '" + t.user +
+                           "' needs a password: in the URL (user:password@) or with --redis-password-file");
+    if (!spec.any_tls() && !(c.redis_tls.ca.empty() && c.redis_tls.cert.empty() && c.redis_tls.key.empty()))
+      throw config_error("--redis-tls-ca, --redis-tls-cert and --redis-tls-key are for rediss:// URLs; --bus names none");
+  } else if (!c.redis_password_file.empty() || !c.redis_tls.ca.empty() || !c.redis_tls.cert.empty()) {
+    throw config_error("--redis-password-file and --redis-tls-* are for --bus=redis://...");
+  }
+  if (c.redis_tls.cert.empty() != c.redis_tls.key.empty())
+    throw config_error("--redis-tls-cert and --redis-tls-key go together: give both or neither");
   if (c.redis_wait_replicas > 0 && c.bus.empty())
     throw config_error("--redis-wait-replicas waits for Redis replicas: it needs --bus=redis://...");
   if (c.redis_wait_replicas > 0 && c.redis_wait_ms >= c.redis_timeout * 1000)

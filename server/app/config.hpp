@@ -33,6 +33,11 @@ struct config {
   bool reuseport = false;
   std::string bus;  // empty: the embedded bus; else redis://[:password@]host:port[/db]
   double redis_timeout = 3;  // a command unanswered this long: the Redis bus is stalled
+  std::string redis_password_file;  // --redis-password-file (its contents: redis_password)
+  std::string redis_password;
+  struct {
+    std::string ca, cert, key;  // rediss://: --redis-tls-ca, --redis-tls-cert, --redis-tls-key
+  } redis_tls;
   std::uint32_t redis_wait_replicas = 0;  // durable publishes: replicas that must have each (WAIT)
   std::uint32_t redis_wait_ms = 500;      // how long WAIT waits for them
   std::string tls_cert, tls_key;  // both: the public listener speaks TLS (wss://, https://)

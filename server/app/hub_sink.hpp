@@ -66,6 +66,7 @@ class bus_sink final : public publish_sink {
   /// its own topics (every node of the fleet sees it down alike: taking them all out of a load
   /// balancer would refuse the rest too). wspush_bus_redis_up says which.
   bool ready() const noexcept override { return _bus.any_up(); }
+  std::string not_ready_reason() const override { return _bus.down_reason(); }
   bool stalled() const noexcept override { return _bus.stalled(); }
 
  private:

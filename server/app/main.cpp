@@ -179,7 +179,13 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   wspush::server::bus::redis_bus_options o;
   const auto spec = wspush::server::bus::parse_bus_spec(cfg.bus);  // checked by parse_config
   o.targets = spec.targets;
+  for (auto& t : o.targets)
+    if (t.password.empty()) t.password = cfg.redis_password;  // --redis-password-file (none: empty)
   o.cluster = spec.kind == wspush::server::bus::bus_spec::cluster;
+  // rediss://: the certificates are read now; a file that will not load stops the start.
+  if (spec.any_tls())
+    o.tls = std::make_shared<const wspush::server::tls_client_context>(
+        wspush::server::tls_client_files{cfg.redis_tls.ca, cfg.redis_tls.cert, cfg.redis_tls.key});
   o.history_size = cfg.history_size;
   o.history_ttl = cfg.history_ttl;
   // The largest event data either way in: an admin body, a client's message (each holds it).

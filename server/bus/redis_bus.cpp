@@ -55,7 +55,9 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
     map_limits.max_depth = 5;
     map_limits.max_total = 64u << 20;
     redis_link::listener& self = *this;
-    _probe = std::make_unique<redis_link>(_loop, probe_key, self, redis_link::options{false, map_limits, &_n.protocol_errors});
+    _probe = std::make_unique<redis_link>(_loop, probe_key, self,
+                                          redis_link::options{false, map_limits, &_n.protocol_errors,
+                                                              _o.targets.front().tls ? _o.tls.get() : nullptr});
     // The limits every slot's functions read, written into the library (no key is common to
     // all slots): nodes sharing a cluster agree on them; the last one set up wins.
     _library = redis_functions;
@@ -238,6 +240,17 @@ bool redis_bus::readable_since(std::string_view id) const noexcept {
 /// A client's pub waits for Redis in this node's memory until answered: bounded node-wide by
 /// max_pub_bytes (past it, refused at once), and per connection by the session (it stops
 /// reading a connection with max_pubs_in_flight unanswered).
+std::string redis_bus::down_reason() const {
+  const std::uint32_t n = _instance_count.load(std::memory_order_acquire);
+  std::lock_guard lock(_why_m);
+  for (std::uint32_t k = 0; k < n; ++k) {
+    const instance& in = *_instances[k];
+    if (in.up.load(std::memory_order_acquire)) continue;
+    return in.why_down.empty() ? in.target.describe() + ": connecting" : in.why_down;
+  }
+  return {};
+}
+
 bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept {
   if (!up_for(topic)) return false;
   const std::size_t bytes = topic.size() + data.size();
@@ -484,6 +497,11 @@ bool redis_bus::command(instance& in, std::initializer_list<std::string_view> ar
 
 /// Sends a command on the command link; `o` is answered by on_reply, or deleted if it was not sent.
 bool redis_bus::command(instance& in, std::span<const std::string_view> args, op* o) noexcept {
+  return command_on(in.cmd, in, args, o);
+}
+
+/// The same on either link of `in` (the subscriber link's AUTH is answered so too).
+bool redis_bus::command_on(redis_link& link, instance& in, std::span<const std::string_view> args, op* o) noexcept {
   try {
     _argp.resize(args.size());
     _argl.resize(args.size());
@@ -497,7 +515,7 @@ bool redis_bus::command(instance& in, std::span<const std::string_view> args, op
   }
   o->bus = this;
   o->in = &in;
-  if (in.cmd.command(int(args.size()), _argp.data(), _argl.data(), reply_cb, o)) return true;
+  if (link.command(int(args.size()), _argp.data(), _argl.data(), reply_cb, o)) return true;
   delete o;
   return false;
 }

@@ -92,6 +92,8 @@ struct redis_bus_options {
   /// have it (WAIT after each batch); 0: once the master has it.
   std::uint32_t wait_replicas = 0;
   std::uint32_t wait_ms = 500;       ///< --redis-wait-ms: how long WAIT waits for them
+  /// rediss:// targets: TLS with these settings (--redis-tls-*); null when none is rediss://.
+  std::shared_ptr<const tls_client_context> tls;
 };
 
 struct redis_bus_counters {
@@ -142,6 +144,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool up() const noexcept override;
   /// Any thread: at least one Redis is up (the node can serve some topics).
   bool any_up() const noexcept;
+  /// Any thread: why the first Redis that is down is down ("<url>: <why>"), or empty.
+  std::string down_reason() const;
   /// Any thread: the Redis that holds `topic` is up.
   bool up_for(std::string_view topic) const noexcept;
   /// Any thread: a command has waited longer than redis_timeout for a Redis's answer (updated
@@ -296,6 +300,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::string mark_moment(const instance& in, std::string_view topic) const;
   void add_positions(const pending& p, pubsub::bus_reply& r);
   bool command(instance& in, std::initializer_list<std::string_view> args, op* o) noexcept;
+  void send_auth(redis_link& link, instance& in) noexcept;
+  bool command_on(redis_link& link, instance& in, std::span<const std::string_view> args, op* o) noexcept;
   bool command(instance& in, std::span<const std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
   void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;
@@ -347,6 +353,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::vector<std::string> _slot_epoch;
   std::string _library;
   std::vector<std::string> _keys;  // scratch: a batch's stream keys
+  mutable std::mutex _why_m;       // guards each instance's why_down
   std::string _wait_args[2];       // WAIT's replicas and milliseconds (durable publishes)
   std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;

@@ -26,12 +26,10 @@ void map_cb(const resp::reply* reply, void* priv) noexcept {
 void redis_bus::ask_map() noexcept {
   if (!_probe || _map_in_flight || !_running) return;
   if (_probe->connected()) {
-    const std::string& password = _o.targets.front().password;
-    if (!password.empty()) {
-      const char* argv[] = {"AUTH", password.c_str()};
-      std::size_t lens[] = {4, password.size()};
-      _probe->command(2, argv, lens, nullptr, nullptr);  // refused: CLUSTER SLOTS says NOAUTH
-    }
+    const char* auth[3];
+    std::size_t auth_lens[3];
+    if (const int n = _o.targets.front().auth_argv(auth, auth_lens))
+      _probe->command(n, auth, auth_lens, nullptr, nullptr);  // refused: CLUSTER SLOTS says NOAUTH
     auto* o = new (std::nothrow) op{op::slots};
     if (!o) return;
     o->bus = this;
@@ -95,10 +93,9 @@ void redis_bus::apply_map(const cluster_map& m, const std::string& from_host) {
                       "not used", max_instances, host.c_str(), unsigned(masters[i].port));
       continue;
     }
-    redis_target t;
+    redis_target t = _o.targets.front();  // the seeds' user, password and TLS
     t.host = host;
     t.port = masters[i].port;
-    t.password = _o.targets.front().password;
     const auto k = std::uint32_t(_instances.size());
     _instances.push_back(std::make_unique<instance>(*this, k, t, reply_limits(_o), &_n.protocol_errors));
     _instance_count.store(k + 1, std::memory_order_release);

@@ -33,6 +33,10 @@ void redis_bus::ready_check(instance& in) noexcept {
   if (!in.cmd_ready || !in.sub_ready || in.up.load(std::memory_order_relaxed)) return;
   in.up = true;
   in.backoff_ticks = 0;
+  {
+    std::lock_guard lock(_why_m);
+    in.why_down.clear();
+  }
   refresh_up();
   std::size_t held = 0;
   for (auto& [t, ts] : _topics) {
@@ -151,12 +155,24 @@ pool::frame_ref redis_bus::lost_frame(std::string_view topic) noexcept {
   return pool::frame_ref::adopt(std::move(l));
 }
 
+/// AUTH [user] password, first on a link; refused (WRONGPASS), it is the set-up's refusal
+/// (setup_refused), not the NOAUTH the next command gets.
+void redis_bus::send_auth(redis_link& link, instance& in) noexcept {
+  const char* auth[3];
+  std::size_t lens[3];
+  const int n = in.target.auth_argv(auth, lens);
+  if (n == 0) return;
+  std::string_view args[3];
+  for (int k = 0; k < n; ++k) args[k] = {auth[k], lens[k]};
+  if (auto* o = new (std::nothrow) op{op::setup}) command_on(link, in, std::span<const std::string_view>(args, std::size_t(n)), o);
+}
+
 /// AUTH, SELECT, the functions, the history limits, the epoch; the epoch's answer says ready.
 /// Under Redis Cluster: AUTH, the functions with the limits written in, and the epoch of the
 /// slot of this node's channel there (made if missing: it says ready).
 void redis_bus::setup_command_link(instance& in) noexcept {
   const redis_target& t = in.target;
-  if (!t.password.empty()) command(in, {"AUTH", t.password}, new op{op::setup});
+  send_auth(in.cmd, in);
   // The epoch's salt: the shards of a bus are set up together, and their epochs must differ.
   const std::string_view salt = std::string_view(_node_id).substr(0, 5);
   if (_o.cluster) {
@@ -179,12 +195,7 @@ void redis_bus::setup_command_link(instance& in) noexcept {
 
 /// AUTH, then this node's channel and every topic a shard holds on this Redis, in batches.
 void redis_bus::setup_subscriber_link(instance& in) noexcept {
-  const redis_target& t = in.target;
-  if (!t.password.empty()) {
-    const char* argv[] = {"AUTH", t.password.c_str()};
-    std::size_t lens[] = {4, t.password.size()};
-    in.sub.command(2, argv, lens, nullptr, nullptr);
-  }
+  send_auth(in.sub, in);
   const char* verb = _o.cluster ? "SSUBSCRIBE" : "SUBSCRIBE";
   const char* argv[] = {verb, in.node_channel.c_str()};
   std::size_t lens[] = {std::strlen(verb), in.node_channel.size()};
@@ -203,7 +214,12 @@ void redis_bus::setup_subscriber_link(instance& in) noexcept {
 /// backoff, or the node would wait on it forever.
 void redis_bus::setup_refused(instance& in, std::string_view error) noexcept {
   if (!in.refusal.empty()) return;  // the first refusal closes it; the others say the same
-  in.refusal = "Redis refused the set-up: " + std::string(error);
+  in.refusal = "Redis refused the set-up: " + std::string(error) + std::string(refusal_hint(error));
+  try {
+    std::lock_guard lock(_why_m);
+    in.why_down = in.target.describe() + ": " + in.refusal;  // said now: the link closes after its last reply
+  } catch (...) {
+  }
   log_ratelimited(log_level::error, "bus: %s (%s); trying again", in.refusal.c_str(), in.target.describe().c_str());
   in.cmd.disconnect();  // from its own callback: the link closes once the pending replies are in
 }
@@ -216,7 +232,8 @@ void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {
     return;
   }
   instance& in = of_link(l);
-  went_down(in, in.refusal.empty() ? why : in.refusal, &l);
+  // A subscriber link's set-up refused (its AUTH, a SUBSCRIBE without it) ends it with Redis's words.
+  went_down(in, in.refusal.empty() ? why + std::string(refusal_hint(why)) : in.refusal, &l);
 }
 
 /// A connection to a Redis failed (`gone`: the link whose callback this is, already ending):
@@ -226,6 +243,11 @@ void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone
   const bool was_up = in.up.exchange(false);
   in.cmd_ready = in.sub_ready = false;
   const std::string where = in.target.describe();
+  try {
+    std::lock_guard lock(_why_m);
+    in.why_down = where + ": " + why;
+  } catch (...) {
+  }
   if (!_running) {
     // stop(): the links were closed on purpose; nothing is lost and nothing reconnects.
     if (was_up) log(log_level::info, "bus: disconnected from %s", where.c_str());

@@ -191,8 +191,9 @@ struct redis_bus::op {
 /// both links are set up; each Redis connects, fails and comes back on its own.
 struct redis_bus::instance {
   instance(redis_bus& bus, std::uint32_t i, redis_target t, const resp::limits& limits, relaxed_counter* errors)
-      : index(i), target(std::move(t)), sub(bus._loop, link_key(i, true), bus, {true, limits, errors}),
-        cmd(bus._loop, link_key(i, false), bus, {false, limits, errors}) {}
+      : index(i), target(std::move(t)),
+        sub(bus._loop, link_key(i, true), bus, {true, limits, errors, target.tls ? bus._o.tls.get() : nullptr}),
+        cmd(bus._loop, link_key(i, false), bus, {false, limits, errors, target.tls ? bus._o.tls.get() : nullptr}) {}
   const std::uint32_t index;
   const redis_target target;
   redis_link sub, cmd;
@@ -203,6 +204,7 @@ struct redis_bus::instance {
   bool stalled = false;
   bool cmd_ready = false, sub_ready = false;
   std::string refusal;  // why Redis refused this connection's set-up (empty: it did not)
+  std::string why_down; // "<url>: why" while it is down (_why_m: other threads read it)
   std::uint32_t retry_at = 0, backoff_ticks = 0;
   bool ever_up = false;
   std::string epoch;                  // its epoch (wspush_epoch), as of the last set-up

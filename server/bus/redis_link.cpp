@@ -85,8 +85,18 @@ bool redis_link::connect(const std::string& host, int port, std::string& why) no
     why = "cannot watch the socket";
     return false;
   }
+  if (_o.tls) {
+    try {
+      _host = host;
+    } catch (...) {
+      ::close(fd);
+      _in.reset();
+      why = "no memory";
+      return false;
+    }
+  }
   _fd = fd;
-  _up = _closing = _subscribed = false;
+  _up = _closing = _subscribed = _handshaking = false;
   _want_write = true;
   _parser.reset();
   return true;
@@ -148,14 +158,38 @@ void redis_link::on_ready(bool readable, bool writable) noexcept {
   if (_fd < 0) return;
   if (!_up) {
     if (!readable && !writable) return;
+    if (_handshaking) return handshake_step();
     int err = 0;
     socklen_t len = sizeof err;
     if (::getsockopt(_fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
     if (err != 0) return close_now(true, std::strerror(err));
-    return connected_now();
+    if (!_o.tls) return connected_now();
+    std::string why;
+    if (!_tls.start(*_o.tls, _fd, _host, why)) return close_now(true, why);
+    _handshaking = true;
+    return handshake_step();
   }
   if (writable && _want_write && !write_some()) return;
   if (readable) read_some();
+}
+
+/// TLS: the handshake goes as far as the socket lets it; the link is up once it is done.
+void redis_link::handshake_step() noexcept {
+  std::string why;
+  const tls_client_stream::io r = _tls.handshake(why);
+  switch (r) {
+    case tls_client_stream::io::done:
+      _handshaking = false;
+      return connected_now();
+    case tls_client_stream::io::want_read:
+    case tls_client_stream::io::want_write:
+      _handshake_reads = r == tls_client_stream::io::want_read;
+      return rewatch();
+    case tls_client_stream::io::closed:
+      return close_now(true, "Redis closed the connection in the TLS handshake" + (why.empty() ? "" : " (" + why + ")") +
+                                 ": does it speak TLS on this port?");
+    case tls_client_stream::io::failed: return close_now(true, why);
+  }
 }
 
 void redis_link::connected_now() noexcept {
@@ -168,6 +202,17 @@ void redis_link::connected_now() noexcept {
 
 bool redis_link::write_some() noexcept {
   while (_out_at < _out.size()) {
+    if (_tls.active()) {
+      std::size_t put = 0;
+      std::string why;
+      switch (_tls.write(_out.data() + _out_at, _out.size() - _out_at, put, why)) {
+        case tls_client_stream::io::done: _out_at += put; continue;
+        case tls_client_stream::io::want_write:
+        case tls_client_stream::io::want_read: return true;  // readable is watched while up: it goes on from there
+        case tls_client_stream::io::closed: close_now(true, "Redis closed the connection"); return false;
+        case tls_client_stream::io::failed: close_now(true, why); return false;
+      }
+    }
     const ssize_t n = ::send(_fd, _out.data() + _out_at, _out.size() - _out_at, MSG_NOSIGNAL);
     if (n > 0) {
       _out_at += std::size_t(n);
@@ -190,7 +235,26 @@ bool redis_link::write_some() noexcept {
 void redis_link::read_some() noexcept {
   const std::uint64_t gen = _gen;
   for (int k = 0; k < reads_per_wake; ++k) {
-    const ssize_t n = ::recv(_fd, _in.get(), in_size, 0);
+    ssize_t n;
+    if (_tls.active()) {
+      // A record at a time; what is left of the socket's bytes wakes the loop again.
+      std::size_t got = 0;
+      std::string why;
+      switch (_tls.read(_in.get(), in_size, got, why)) {
+        case tls_client_stream::io::done: n = ssize_t(got); break;
+        case tls_client_stream::io::want_read: return;
+        case tls_client_stream::io::want_write:
+          if (!_want_write) {
+            _want_write = true;
+            rewatch();
+          }
+          return;
+        case tls_client_stream::io::closed: return close_now(true, "Redis closed the connection");
+        case tls_client_stream::io::failed: return close_now(true, why);
+      }
+    } else {
+      n = ::recv(_fd, _in.get(), in_size, 0);
+    }
     if (n == 0) return close_now(true, "Redis closed the connection");
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -211,7 +275,7 @@ void redis_link::read_some() noexcept {
         return;
       }
     }
-    if (std::size_t(n) < in_size) return;
+    if (!_tls.active() && std::size_t(n) < in_size) return;
   }
 }
 
@@ -304,9 +368,10 @@ void redis_link::broke(const char* what, std::string_view detail) noexcept {
 void redis_link::close_now(bool tell, const std::string& why) noexcept {
   if (_fd < 0) return;
   _loop.unwatch(_fd);
+  _tls.reset();
   ::close(_fd);
   _fd = -1;
-  _up = _closing = _subscribed = _want_write = false;
+  _up = _closing = _subscribed = _want_write = _handshaking = false;
   ++_gen;
   if (_out.capacity() > keep_out) std::string().swap(_out);
   else _out.clear();
@@ -323,7 +388,9 @@ void redis_link::close_now(bool tell, const std::string& why) noexcept {
 }
 
 void redis_link::rewatch() noexcept {
-  if (_fd >= 0) _loop.watch(_fd, _key, _up, !_up || _want_write);
+  if (_fd < 0) return;
+  if (_handshaking) _loop.watch(_fd, _key, _handshake_reads, !_handshake_reads);
+  else _loop.watch(_fd, _key, _up, !_up || _want_write);
 }
 
 std::uint64_t redis_link::waiting_ns(std::uint64_t now_ns) const noexcept {

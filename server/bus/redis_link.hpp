@@ -14,6 +14,10 @@
 // channel, and once subscribed a PING by a `pong` push; these pushes, and every `message`, go
 // to listener::on_push. Commands sent before subscribing (AUTH) are answered in order as usual.
 //
+// TLS (rediss://): with options::tls the socket carries TLS once connected (tls_client.hpp):
+// the handshake runs on the same loop, the certificate checked against the host connected to,
+// and the link is up only after it; a handshake that fails ends the link with OpenSSL's reason.
+//
 // Stalls: a link knows when its oldest unanswered command was sent (waiting_ns), and keepalive()
 // sends a PING on a link that has been quiet, so a Redis that stops answering shows.
 
@@ -24,6 +28,7 @@
 
 #include "server/base/counter.hpp"
 #include "server/bus/resp.hpp"
+#include "server/net/tls_client.hpp"
 #include "server/reactor/loop.hpp"
 
 namespace wspush::server::bus {
@@ -51,6 +56,7 @@ class redis_link {
     bool subscriber = false;      ///< pub/sub mode: pushes (see above)
     resp::limits limits;          ///< what one reply may hold
     relaxed_counter* protocol_errors = nullptr;  ///< counts replies that broke the protocol or a bound
+    const tls_client_context* tls = nullptr;     ///< TLS over the socket (rediss://); null: plain TCP
   };
 
   /// `key`: what the loop's on_ready carries for this link's socket.
@@ -95,6 +101,7 @@ class redis_link {
   };
 
   void connected_now() noexcept;
+  void handshake_step() noexcept;
   void read_some() noexcept;
   bool write_some() noexcept;
   bool dispatch(const resp::reply& r) noexcept;
@@ -111,6 +118,10 @@ class redis_link {
   int _fd = -1;
   bool _up = false, _closing = false, _subscribed = false, _want_write = false;
   bool _dispatching = false;     // a reply of the parser's is being read: its reset waits
+  bool _handshaking = false;     // TLS: connected, the handshake under way
+  bool _handshake_reads = false; // ... and it waits for the socket to be readable (else writable)
+  std::string _host;             // TLS: what the certificate must name
+  tls_client_stream _tls;
   std::uint64_t _gen = 0;        // changes whenever the connection ends: callbacks may end it
   std::uint64_t _last_sent_ns = 0;
   std::string _out;              // encoded commands not yet written, from _out_at

@@ -9,7 +9,31 @@ namespace {
 
 [[noreturn]] void bad(std::string_view url, const std::string& why) {
   throw std::invalid_argument("--bus " + std::string(url) + ": " + why +
-                              " (expected redis://[:password@]host:port[/db], e.g. redis://127.0.0.1:6379/0)");
+                              " (expected redis[s]://[[user]:password@]host:port[/db], e.g. redis://127.0.0.1:6379/0)");
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/// A user name or password as the URL writes it: %XX stands for a byte (so that ':', '@' and
+/// '/' can be in a password).
+std::string unescape(std::string_view url, std::string_view s) {
+  std::string out;
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    if (s[k] != '%') {
+      out += s[k];
+      continue;
+    }
+    const int hi = k + 2 < s.size() ? hex_digit(s[k + 1]) : -1, lo = k + 2 < s.size() ? hex_digit(s[k + 2]) : -1;
+    if (hi < 0 || lo < 0) bad(url, "a '%' in the credentials must be followed by two hex digits");
+    out += char(hi * 16 + lo);
+    k += 2;
+  }
+  return out;
 }
 
 bool all_digits(std::string_view s) {
@@ -23,21 +47,43 @@ bool all_digits(std::string_view s) {
 
 std::string redis_target::describe() const {
   const bool v6 = host.find(':') != std::string::npos;
-  return "redis://" + std::string(password.empty() ? "" : ":***@") + (v6 ? "[" + host + "]" : host) + ":" +
+  const std::string creds = password.empty() ? (user.empty() ? "" : user + "@") : user + ":***@";
+  return (tls ? "rediss://" : "redis://") + creds + (v6 ? "[" + host + "]" : host) + ":" +
          std::to_string(port) + "/" + std::to_string(db);
 }
 
+std::string_view refusal_hint(std::string_view e) noexcept {
+  if (e.starts_with("NOAUTH") || e.find("unauthenticated") != std::string_view::npos)
+    return "; Redis wants a password: give it in the URL (redis://[user]:password@host:port) or with "
+           "--redis-password-file";
+  if (e.starts_with("WRONGPASS"))
+    return "; the user name or password is wrong, or the ACL user is off";
+  if (e.starts_with("NOPERM"))
+    return "; the ACL user lacks a right the node needs (docs/REDIS.md lists the rule)";
+  return {};
+}
+
 redis_target parse_redis_url(std::string_view url) {
-  constexpr std::string_view scheme = "redis://";
-  if (url.substr(0, scheme.size()) != scheme) bad(url, "the scheme must be redis:// (rediss:// is not supported)");
-  std::string_view rest = url.substr(scheme.size());
   redis_target t;
+  std::string_view rest;
+  if (url.substr(0, 8) == "redis://") {
+    rest = url.substr(8);
+  } else if (url.substr(0, 9) == "rediss://") {
+    rest = url.substr(9);
+    t.tls = true;
+  } else {
+    bad(url, "the scheme must be redis:// (or rediss://, over TLS)");
+  }
   if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
-    std::string_view auth = rest.substr(0, at);
+    const std::string_view auth = rest.substr(0, at);
     rest = rest.substr(at + 1);
-    if (auth.empty() || auth.front() != ':') bad(url, "credentials must be :password@ (no user name)");
-    t.password = std::string(auth.substr(1));
-    if (t.password.empty()) bad(url, "the password after ':' is empty");
+    if (auth.empty()) bad(url, "nothing before '@': give user:password, :password or user");
+    const auto colon = auth.find(':');
+    t.user = unescape(url, auth.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      t.password = unescape(url, auth.substr(colon + 1));
+      if (t.password.empty()) bad(url, "the password after ':' is empty");
+    }
   }
   std::string_view hostport = rest, db;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
@@ -76,10 +122,11 @@ redis_target parse_redis_url(std::string_view url) {
 
 bus_spec parse_bus_spec(std::string_view value) {
   bus_spec spec;
-  constexpr std::string_view cluster = "redis-cluster://";
-  if (value.substr(0, cluster.size()) == cluster) {
+  constexpr std::string_view cluster = "redis-cluster://", tls_cluster = "rediss-cluster://";
+  const bool over_tls = value.substr(0, tls_cluster.size()) == tls_cluster;
+  if (over_tls || value.substr(0, cluster.size()) == cluster) {
     spec.kind = bus_spec::cluster;
-    std::string_view rest = value.substr(cluster.size());
+    std::string_view rest = value.substr(over_tls ? tls_cluster.size() : cluster.size());
     std::string auth;
     if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
       auth = std::string(rest.substr(0, at + 1));
@@ -93,7 +140,7 @@ bus_spec parse_bus_spec(std::string_view value) {
         throw std::invalid_argument("--bus " + std::string(value) + ": an empty seed in the list (a comma too many)");
       if (seed.find('/') != std::string_view::npos)
         throw std::invalid_argument("--bus " + std::string(value) + ": a cluster has no databases (no /db on a seed)");
-      spec.targets.push_back(parse_redis_url("redis://" + auth + std::string(seed)));
+      spec.targets.push_back(parse_redis_url((over_tls ? "rediss://" : "redis://") + auth + std::string(seed)));
       if (comma == std::string_view::npos) break;
       from = comma + 1;
     }

@@ -643,7 +643,7 @@ async def sharing_one_port(args, rs: RedisServer) -> None:
 
 def bad_urls(args) -> None:
     for url in ("redis://", "http://127.0.0.1:6379", "redis://127.0.0.1:99999", "redis://:@127.0.0.1:1",
-                "redis://127.0.0.1:6379/99", "redis://user:pw@127.0.0.1"):
+                "redis://127.0.0.1:6379/99", "redis://user@127.0.0.1", "redis://u:p%zz@127.0.0.1"):
         p = subprocess.run([args.server, "--auth=none", "--bus", url], capture_output=True, timeout=scaled(10))
         err = p.stderr.decode()
         check(p.returncode == 2 and "--bus" in err and "redis://" in err, f"{url}: exit {p.returncode}, {err!r}")

@@ -97,7 +97,10 @@ async def refuses_while_unready(s: ServerProcess, what: str) -> None:
     connection reads nothing until its sub is answered (messages are handled in order), so the
     client does not wait for the close handshake here."""
     status, body = readyz(s)
-    check(status == 503 and json.loads(body) == {"status": "bus_down"}, f"{what}: /readyz answered {status} {body}")
+    doc = json.loads(body)
+    # The reason names the Redis and what went wrong with it (refused, unreachable, loading...).
+    check(status == 503 and doc.get("status") == "bus_down" and "redis://" in doc.get("reason", ""),
+          f"{what}: /readyz answered {status} {body}")
     check(metric(s, "wspush_bus_up") == 0, f"{what}: wspush_bus_up is not 0")
     status, body = publish(s, "refused", 1)
     check(status == 503, f"{what}: an admin publish answered {status} {body}")
@@ -192,10 +195,9 @@ async def wrong_password(args) -> None:
     rs = RedisServer(persistent=False, password=right).start()
     s = start_node(args, f"redis://:{wrong}@127.0.0.1:{rs.port}")
     try:
-        # The subscriber connection's AUTH is sent without reading its answer (redis_bus.cpp,
-        # setup_subscriber_link): when the NOAUTH its SUBSCRIBE then gets closes that connection
-        # before the command connection's AUTH is answered, the node logs NOAUTH, not WRONGPASS.
-        refusal_logged(s, r"(WRONGPASS invalid username-password pair|NOAUTH Authentication required)",
+        # Both connections read their AUTH's answer: the refusal is WRONGPASS, said plainly (not
+        # the NOAUTH the subscriber connection's SUBSCRIBE gets after it).
+        refusal_logged(s, r"WRONGPASS invalid username-password pair.*the user name or password is wrong",
                        "the refusal of the wrong password")
         await refuses_while_unready(s, "with a wrong password")
         # It keeps trying: Redis sees AUTH after AUTH (no spin check here: only that it goes on).
@@ -230,8 +232,8 @@ async def password_mismatch(args) -> None:
         # Redis refuses an unauthenticated client with NOAUTH, or, when the set-up's function
         # (over 16 KB) arrives in the same read as its first command, with a protocol error on
         # that bulk length: which one depends on how TCP delivered the pipelined set-up.
-        refusal_logged(s, r"(NOAUTH Authentication required|ERR Protocol error: unauthenticated bulk length)",
-                       "the refusal of a node without a password")
+        refusal_logged(s, r"(NOAUTH Authentication required|ERR Protocol error: unauthenticated bulk length).*"
+                          r"Redis wants a password", "the refusal of a node without a password, said plainly")
         await refuses_while_unready(s, "without a password")
     finally:
         s.kill()

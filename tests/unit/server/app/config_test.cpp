@@ -64,6 +64,14 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK_THROWS_WITH(parse({"--redis-wait-replicas", "1"}), Catch::Contains("--bus=redis://"));
   CHECK_THROWS_WITH(parse({"--bus", "redis://127.0.0.1:6379", "--redis-wait-replicas", "1", "--redis-wait-ms", "3000"}),
                     Catch::Contains("--redis-timeout"));
+  // Redis credentials and TLS: for a Redis bus, an ACL user needs a password, files go in pairs.
+  CHECK_THROWS_WITH(parse({"--bus", "redis://app@127.0.0.1:6379"}), Catch::Contains("needs a password"));
+  CHECK_THROWS_WITH(parse({"--redis-tls-ca", "ca.pem"}), Catch::Contains("--bus=redis://"));
+  CHECK_THROWS_WITH(parse({"--bus", "redis://127.0.0.1:6379", "--redis-tls-ca", "ca.pem"}), Catch::Contains("rediss://"));
+  CHECK_THROWS_WITH(parse({"--bus", "rediss://127.0.0.1:6379", "--redis-tls-cert", "c.pem"}), Catch::Contains("go together"));
+  CHECK_THROWS_WITH(parse({"--bus", "redis://127.0.0.1:6379", "--redis-password-file", "/nonexistent/pw"}),
+                    Catch::Contains("--redis-password-file: cannot read"));
+  CHECK(parse({"--bus", "rediss://app:pw@127.0.0.1:6379", "--redis-tls-ca", "ca.pem"}).redis_tls.ca == "ca.pem");
   config d = parse({"--bus", "redis://127.0.0.1:6379", "--redis-wait-replicas", "2", "--redis-wait-ms", "250"});
   CHECK(d.redis_wait_replicas == 2);
   CHECK(d.redis_wait_ms == 250);

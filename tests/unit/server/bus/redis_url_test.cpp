@@ -22,14 +22,25 @@ TEST_CASE("bus: redis URLs in every documented shape") {
   CHECK(t.host == "::1");
   CHECK(t.port == 6380);
   CHECK(parse_redis_url("redis://localhost").port == 6379);
+  // ACL users, TLS, and credentials with the URL's own characters escaped.
+  t = parse_redis_url("rediss://wspush:p%40ss%3Aw%2Fd@redis.internal:6380");
+  CHECK(t.tls);
+  CHECK(t.user == "wspush");
+  CHECK(t.password == "p@ss:w/d");
+  CHECK(t.describe() == "rediss://wspush:***@redis.internal:6380/0");
+  t = parse_redis_url("redis://wspush@h:1");  // the password from --redis-password-file
+  CHECK(t.user == "wspush");
+  CHECK(t.password.empty());
+  CHECK(!t.tls);
+  CHECK(t.describe() == "redis://wspush@h:1/0");
 }
 
 TEST_CASE("bus: bad redis URLs are refused with what was expected") {
-  for (const char* bad : {"", "redis://", "http://127.0.0.1:6379", "rediss://h:1", "redis://h:0", "redis://h:65536",
-                          "redis://h:port", "redis://:@h", "redis://user:pw@h", "redis://h:1/16", "redis://h:1/x",
-                          "redis://[::1:6379", "redis://h h:1"}) {
+  for (const char* bad : {"", "redis://", "http://127.0.0.1:6379", "rediss:/h:1", "redis://h:0", "redis://h:65536",
+                          "redis://h:port", "redis://:@h", "redis://@h", "redis://u:p%4@h", "redis://u:p%zz@h",
+                          "redis://h:1/16", "redis://h:1/x", "redis://[::1:6379", "redis://h h:1"}) {
     INFO(bad);
-    CHECK_THROWS_WITH(parse_redis_url(bad), Catch::Contains("redis://[:password@]host:port[/db]"));
+    CHECK_THROWS_WITH(parse_redis_url(bad), Catch::Contains("redis[s]://[[user]:password@]host:port[/db]"));
   }
 }
 
@@ -48,6 +59,12 @@ TEST_CASE("bus: a list of redis URLs is isolated shards, redis-cluster:// names 
   for (const redis_target& t : c.targets) CHECK(t.password == "pw");
   CHECK(c.targets[2].host == "::1");
   CHECK(c.targets[2].port == 7002);
+  bus_spec tc = parse_bus_spec("rediss-cluster://app:pw@10.0.0.1:7000,10.0.0.2:7001");
+  CHECK(tc.kind == bus_spec::cluster);
+  REQUIRE(tc.targets.size() == 2);
+  for (const redis_target& t : tc.targets) CHECK((t.tls && t.user == "app" && t.password == "pw"));
+  CHECK(tc.any_tls());
+  CHECK(!c.any_tls());
 }
 
 TEST_CASE("bus: bad bus lists are refused with why") {
