@@ -14,13 +14,16 @@ Redis's CPU per publish is printed, their sum and the busiest one's (the bus car
 1 / busiest events per second of one core when Redis is what limits it). With --cluster N, a Redis
 Cluster of N masters (no replicas, N >= 3) instead. With --replicas each isolated shard has a
 replica, and --wait N (repeat to compare, 0 included) runs the node with --redis-wait-replicas N:
-the replicas' CPU per publish is printed apart from the masters'.
+the replicas' CPU per publish is printed apart from the masters'. With --tls each Redis run is
+made twice, side by side: the node over redis:// and over rediss:// (Redis listens on both; the
+certificates are made with `openssl` for the run).
 
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush
   loadgen/scenarios/bus_vs_embedded.py --wspush /path/to/before/wspush --wspush build/server/wspush --rounds 2
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --events-per-mailbox 1 --node-bytes 512
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --shards 1 --shards 3 --shards 6 --no-embedded
   loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --no-embedded --replicas --wait 0 --wait 1
+  loadgen/scenarios/bus_vs_embedded.py --wspush build/server/wspush --no-embedded --tls --rounds 2
 
 Only processes started here are stopped (by PID).
 """
@@ -39,7 +42,7 @@ import redis
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from wsp_redis import RedisCluster, RedisServer  # noqa: E402
+from wsp_redis import Pki, RedisCluster, RedisServer  # noqa: E402
 
 
 def free_port() -> int:
@@ -105,7 +108,7 @@ def redis_cpu(r) -> float:
     return sum(r.cpus())
 
 
-def run(a, binary: str, shards: int, cluster: int = 0, wait: int = 0) -> None:
+def run(a, binary: str, shards: int, cluster: int = 0, wait: int = 0, pki: "Pki | None" = None) -> None:
     bus = shards > 0 or cluster > 0
     servers = []
     replicas = []
@@ -120,11 +123,19 @@ def run(a, binary: str, shards: int, cluster: int = 0, wait: int = 0) -> None:
             extra = ["--bus", c.url]
             shards = cluster
         elif bus:
+            urls = []
             for _ in range(shards):
+                tls = ()
+                if pki:
+                    # A TLS port beside the plain one (which this script reads Redis's figures on).
+                    tls_port = free_port()
+                    tls = ("--tls-port", str(tls_port), "--tls-cert-file", pki.server[1], "--tls-key-file",
+                           pki.server[0], "--tls-ca-cert-file", pki.ca[1], "--tls-auth-clients", "no")
                 servers.append(RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
-                                           extra=("--stream-node-max-bytes", str(a.node_bytes))).start())
+                                           extra=("--stream-node-max-bytes", str(a.node_bytes)) + tls).start())
+                urls.append(f"rediss://127.0.0.1:{tls_port}" if pki else servers[-1].url)
             r = Shards([redis.Redis(port=rs.port) for rs in servers])
-            extra = ["--bus", ",".join(rs.url for rs in servers)]
+            extra = ["--bus", ",".join(urls)] + (["--redis-tls-ca", pki.ca[1]] if pki else [])
             if a.replicas:
                 for rs in servers:
                     replicas.append(RedisServer(persistent=False, cpu=a.redis_cpu or a.client_cpu,
@@ -185,6 +196,8 @@ def run(a, binary: str, shards: int, cluster: int = 0, wait: int = 0) -> None:
         what = (f'cluster x{cluster}' if cluster else f'redis x{shards}') if bus else 'embedded'
         if replicas:
             what += f" with replicas, wait {wait}"
+        if pki:
+            what += " over TLS"
         line = (f"{binary} {what}: node {j['server']['cpu_per_delivery_us']:.1f} us/event, "
                 f"p50 {j['latency_us']['p50'] / 1000:.2f} ms, p99 {j['latency_us']['p99'] / 1000:.2f} ms, "
                 f"delivered {j['counters']['deliveries']}, lost {j['loss']}, doubled {j['counters']['duplicates']}")
@@ -244,16 +257,24 @@ def main() -> None:
     p.add_argument("--publish-batch", type=int, default=1, help="events per admin request (POST /publish/batch above 1)")
     p.add_argument("--replicas", action="store_true", help="each isolated shard gets a replica")
     p.add_argument("--wait", type=int, action="append", help="with --replicas: --redis-wait-replicas (repeat to compare)")
+    p.add_argument("--tls", action="store_true", help="each Redis run also over rediss:// (isolated shards)")
     a = p.parse_args()
-    for _ in range(a.rounds):
-        for binary in a.wspush:
-            if not a.no_embedded:
-                run(a, binary, 0)
-            for n in a.shards or ([] if a.cluster else [1]):
-                for w in (a.wait or [0]) if a.replicas else [0]:
-                    run(a, binary, n, 0, w)
-            for n in a.cluster:
-                run(a, binary, 0, n)
+    pki = Pki() if a.tls else None
+    try:
+        for _ in range(a.rounds):
+            for binary in a.wspush:
+                if not a.no_embedded:
+                    run(a, binary, 0)
+                for n in a.shards or ([] if a.cluster else [1]):
+                    for w in (a.wait or [0]) if a.replicas else [0]:
+                        run(a, binary, n, 0, w)
+                        if pki:
+                            run(a, binary, n, 0, w, pki)
+                for n in a.cluster:
+                    run(a, binary, 0, n)
+    finally:
+        if pki:
+            pki.close()
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_bus import connect, readyz, resume_on_other_node  # noqa: E402
-from wsp_redis import RedisServer, _encode, _read_resp, free_port  # noqa: E402
+from wsp_redis import Pki, RedisServer, _encode, _read_resp, free_port  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
                          publish_ok, recv_json, run_main, scaled, subscribe)
 
@@ -47,44 +45,6 @@ def documented_rule() -> str:
 
 
 ACL_RULE = documented_rule()
-
-
-def openssl(*args: str) -> None:
-    out = subprocess.run(["openssl", *args], capture_output=True, timeout=scaled(30))
-    check(out.returncode == 0, f"openssl {' '.join(args[:2])} failed: {out.stderr[-300:]!r}")
-
-
-def make_ca(d: str, name: str) -> "tuple[str, str]":
-    key, crt = os.path.join(d, f"{name}.key"), os.path.join(d, f"{name}.crt")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt, "-days", "2",
-            "-subj", f"/CN=wspush test {name}")
-    return key, crt
-
-
-def make_cert(d: str, name: str, ca: "tuple[str, str]", san: str) -> "tuple[str, str]":
-    key, csr, crt = (os.path.join(d, f"{name}.{x}") for x in ("key", "csr", "crt"))
-    ext = os.path.join(d, f"{name}.ext")
-    with open(ext, "w") as f:
-        f.write(f"subjectAltName={san}\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
-    openssl("x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial", "-out", crt, "-days", "2",
-            "-extfile", ext)
-    return key, crt
-
-
-class Pki:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="wspush-tls-")
-        self.ca = make_ca(self.dir, "ca")
-        self.other_ca = make_ca(self.dir, "other-ca")
-        self.server = make_cert(self.dir, "redis", self.ca, "IP:127.0.0.1,DNS:localhost")
-        self.client = make_cert(self.dir, "node", self.ca, "DNS:wspush-node")
-        self.password_file = os.path.join(self.dir, "redis-password")
-        with open(self.password_file, "w") as f:
-            f.write(PASSWORD + "\n")
-
-    def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def tls_redis(pki: Pki) -> "tuple[RedisServer, int]":
@@ -197,7 +157,7 @@ def wrong_password(args, pki: Pki, port: int) -> None:
 def main(args) -> None:
     if shutil.which("openssl") is None:
         raise AssertionError("openssl is needed (Debian package openssl)")
-    pki = Pki()
+    pki = Pki(PASSWORD)
     rs = None
     try:
         rs, port = tls_redis(pki)

@@ -200,6 +200,48 @@ class RedisCluster:
             n.close()
 
 
+def openssl(*args: str) -> None:
+    out = subprocess.run(["openssl", *args], capture_output=True, timeout=scaled(30))
+    check(out.returncode == 0, f"openssl {' '.join(args[:2])} failed: {out.stderr[-300:]!r}")
+
+
+def make_ca(d: str, name: str) -> "tuple[str, str]":
+    key, crt = os.path.join(d, f"{name}.key"), os.path.join(d, f"{name}.crt")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt, "-days", "2",
+            "-subj", f"/CN=wspush test {name}")
+    return key, crt
+
+
+def make_cert(d: str, name: str, ca: "tuple[str, str]", san: str) -> "tuple[str, str]":
+    key, csr, crt = (os.path.join(d, f"{name}.{x}") for x in ("key", "csr", "crt"))
+    ext = os.path.join(d, f"{name}.ext")
+    with open(ext, "w") as f:
+        f.write(f"subjectAltName={san}\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+    openssl("x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial", "-out", crt, "-days", "2",
+            "-extfile", ext)
+    return key, crt
+
+
+class Pki:
+    """Certificates for Redis over TLS, made with `openssl` in a temporary folder: a CA, Redis's
+    certificate for 127.0.0.1 and localhost, a client certificate, another CA that signed
+    neither; and a password file."""
+
+    def __init__(self, password: str = "pw"):
+        self.dir = tempfile.mkdtemp(prefix="wspush-tls-")
+        self.ca = make_ca(self.dir, "ca")
+        self.other_ca = make_ca(self.dir, "other-ca")
+        self.server = make_cert(self.dir, "redis", self.ca, "IP:127.0.0.1,DNS:localhost")
+        self.client = make_cert(self.dir, "node", self.ca, "DNS:wspush-node")
+        self.password_file = os.path.join(self.dir, "redis-password")
+        with open(self.password_file, "w") as f:
+            f.write(password + "\n")
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _encode(*args) -> bytes:
     out = f"*{len(args)}\r\n".encode()
     for a in args:
