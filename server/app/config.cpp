@@ -151,7 +151,9 @@ const std::vector<option>& options() {
        "embedded (this process alone), or redis://[[user]:password@]host:port[/db]: nodes share publishes and "
        "history through Redis 7; several redis:// URLs, comma-separated, are isolated shards: each topic lives on "
        "one (docs/REDIS.md says which), in the order given; redis-cluster://[[user]:password@]host:port[,host:port...] "
-       "is a Redis Cluster, by its seed nodes (sharded pub/sub). rediss:// and rediss-cluster://: over TLS",
+       "is a Redis Cluster, by its seed nodes (sharded pub/sub); redis-sentinel://[[user]:password@]host:port"
+       "[,host:port...]/MASTER_NAME is the master the Sentinels name, followed through failovers. rediss://, "
+       "rediss-cluster://, rediss-sentinel://: over TLS",
        [](const config& c) { return c.bus.empty() ? std::string("embedded") : c.bus; },
        [](config& c, std::string_view v) {
          if (v == "embedded") {

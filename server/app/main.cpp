@@ -182,6 +182,8 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   for (auto& t : o.targets)
     if (t.password.empty()) t.password = cfg.redis_password;  // --redis-password-file (none: empty)
   o.cluster = spec.kind == wspush::server::bus::bus_spec::cluster;
+  o.sentinels = spec.sentinels;
+  o.master_name = spec.master_name;
   // rediss://: the certificates are read now; a file that will not load stops the start.
   if (spec.any_tls())
     o.tls = std::make_shared<const wspush::server::tls_client_context>(
@@ -195,6 +197,11 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.wait_ms = cfg.redis_wait_ms;
   std::string where;
   for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
+  if (!o.master_name.empty()) {
+    where = "master '" + o.master_name + "' as Sentinels ";
+    for (std::size_t k = 0; k < o.sentinels.size(); ++k) where += (k ? ", " : "") + o.sentinels[k].host + ':' + std::to_string(o.sentinels[k].port);
+    where += " name it";
+  }
   log(log_level::info, "bus: Redis at %s%s; history in its streams: %u events per topic, %gs; events up to %zu bytes",
       where.c_str(), o.cluster ? " (Redis Cluster seeds)" : o.targets.size() > 1 ? " (isolated shards: each topic on one)" : "", cfg.history_size,
       cfg.history_ttl, o.max_event_bytes);

@@ -98,7 +98,8 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
   for (std::size_t k = 0; k < p->redis_count(); ++k) {
     const auto& t = p->target(k);
     m.add_gauge_fn("wspush_bus_redis_up", [p, k] { return p->up_at(k) ? 1.0 : 0.0; }, {},
-                   {{"redis", t.host + ':' + std::to_string(t.port) + '/' + std::to_string(t.db)}});
+                   {{"redis", (t.host.empty() ? std::string("sentinel") : t.host + ':' + std::to_string(t.port)) + '/' +
+                                  std::to_string(t.db)}});
   }
   m.add_gauge_fn("wspush_bus_topics", [p] { return double(p->counters().topics.get()); });
   m.add_gauge_fn("wspush_bus_held_subs", [p] { return double(p->counters().held.get()); });

@@ -40,6 +40,18 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
     : _o(std::move(o)), _buffers(buffers), _loop(loop_options{}), _node_id(random_node_id()),
       _node_channel(std::string(node_prefix) + _node_id), _node_suffix(":node:" + _node_id) {
   _instances.reserve(max_instances);  // never moved: other threads read them (up_at)
+  if (sentinel()) {
+    // The Sentinels' answers are short: an address, a name, an announcement.
+    resp::limits small;
+    small.max_bulk = 4096;
+    small.max_elements = 16;
+    small.max_depth = 3;
+    small.max_total = 1u << 20;
+    redis_link::listener& self = *this;
+    const tls_client_context* tls = _o.sentinels.front().tls ? _o.tls.get() : nullptr;
+    _probe = std::make_unique<redis_link>(_loop, probe_key, self, redis_link::options{false, small, &_n.protocol_errors, tls});
+    _watch = std::make_unique<redis_link>(_loop, watch_key, self, redis_link::options{true, small, &_n.protocol_errors, tls});
+  }
   _wait_args[0] = std::to_string(_o.wait_replicas);
   _wait_args[1] = std::to_string(_o.wait_ms);
   if (_o.cluster) {
@@ -176,6 +188,7 @@ std::uint64_t redis_bus::on_drain_begin() noexcept {
     in->cmd.disconnect();
   }
   if (_probe) _probe->disconnect();
+  if (_watch) _watch->disconnect();
   flush_settled();  // the publishes the links took with them: no turn follows
   return 0;
 }
@@ -380,6 +393,7 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
       send_mark(in);
   }
   if (_o.cluster && !_map_in_flight && (_map_wanted || std::int32_t(tick - _next_map_tick) >= 0)) ask_map();
+  if (sentinel()) watch_sentinels();
   expire_held();
   watch_stall();
 }
@@ -446,15 +460,16 @@ void redis_bus::watch_stall() noexcept {
     in.stalled = stalled;
     if (stalled)
       log(log_level::warn, "bus: %s has not answered a command for %.1fs (--redis-timeout %gs): stalled",
-          in.target.describe().c_str(), double(waited) / 1e9, _o.redis_timeout);
+          where(in).c_str(), double(waited) / 1e9, _o.redis_timeout);
     else
-      log(log_level::info, "bus: %s is no longer stalled (answered, or the link dropped)", in.target.describe().c_str());
+      log(log_level::info, "bus: %s is no longer stalled (answered, or the link dropped)", where(in).c_str());
   }
   _stalled.store(any, std::memory_order_release);
 }
 
 void redis_bus::on_ready(std::uint64_t key, bool r, bool w) noexcept {
   if (key == probe_key && _probe) return _probe->on_ready(r, w);
+  if (key == watch_key && _watch) return _watch->on_ready(r, w);
   if (key == 0 || (key - 1) / 2 >= _instances.size()) return;
   instance& in = *_instances[(key - 1) / 2];
   (key % 2 ? in.sub : in.cmd).on_ready(r, w);

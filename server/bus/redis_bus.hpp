@@ -92,6 +92,10 @@ struct redis_bus_options {
   /// have it (WAIT after each batch); 0: once the master has it.
   std::uint32_t wait_replicas = 0;
   std::uint32_t wait_ms = 500;       ///< --redis-wait-ms: how long WAIT waits for them
+  /// Sentinel (--bus=redis-sentinel://): where to ask for the master named master_name; the
+  /// one target is the master (its credentials and TLS, no address).
+  std::vector<redis_target> sentinels;
+  std::string master_name;
   /// rediss:// targets: TLS with these settings (--redis-tls-*); null when none is rediss://.
   std::shared_ptr<const tls_client_context> tls;
 };
@@ -237,6 +241,18 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::string_view topic_of_channel(std::string_view channel) const noexcept;
   // Redis Cluster (redis_bus_cluster.cpp).
   void ask_map() noexcept;
+  // Sentinel (redis_bus_sentinel.cpp)
+  bool sentinel() const noexcept { return !_o.master_name.empty(); }
+  /// A Redis of the bus for the log (bus thread): its URL; under Sentinel the address it was
+  /// given and the master's name.
+  std::string where(const instance& in) const;
+  void ask_sentinel() noexcept;
+  void sentinel_answered(const resp::reply* r) noexcept;
+  void sentinel_failed(const std::string& why) noexcept;
+  void sentinel_link_down(redis_link& l, const std::string& why) noexcept;
+  void watch_sentinels() noexcept;
+  void watch_up() noexcept;
+  void sentinel_message(const resp::reply& r) noexcept;
   void map_arrived(const resp::reply* r) noexcept;
   void apply_map(const cluster_map& m, const std::string& from_host);
   void rehome(const std::string& topic, std::uint32_t to) noexcept;
@@ -343,7 +359,11 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   // asks a node for the map, the addresses it asks in turn, each slot's epoch as last seen in an
   // id, and the library with the limits written in.
   std::unique_ptr<std::atomic<std::uint16_t>[]> _slot_owner;
-  std::unique_ptr<redis_link> _probe;
+  std::unique_ptr<redis_link> _probe;  // a cluster's map link, or the link a Sentinel is asked on
+  std::unique_ptr<redis_link> _watch;  // Sentinel: subscribed to +switch-master
+  std::size_t _sentinel_at = 0;        // the Sentinel asked (in turn, past one that fails)
+  bool _sentinel_asking = false;
+  std::uint32_t _watch_retry = 0;
   std::vector<std::pair<std::string, std::uint16_t>> _map_sources;
   std::size_t _next_source = 0;
   std::string _probe_host;  // the host the map link is connected to

@@ -12,18 +12,24 @@ void redis_bus::connect_links(instance& in) noexcept {
   std::string why;
   in.cmd_ready = in.sub_ready = false;
   in.refusal.clear();
-  if (!in.cmd.connect(in.target.host, in.target.port, why) || !in.sub.connect(in.target.host, in.target.port, why))
-    went_down(in, why);
+  if (sentinel() && !in.located) return ask_sentinel();  // every connection starts with asking where
+  if (!in.cmd.connect(in.host, in.port, why) || !in.sub.connect(in.host, in.port, why)) went_down(in, why);
 }
 
 void redis_bus::on_link_up(redis_link& l) noexcept {
+  if (&l == _probe.get() && sentinel()) {
+    _sentinel_asking = false;  // it was connecting; now it asks
+    return ask_sentinel();
+  }
   if (&l == _probe.get()) return ask_map();
+  if (&l == _watch.get()) return watch_up();
   instance& in = of_link(l);
   if (&l == &in.cmd) setup_command_link(in);
   else setup_subscriber_link(in);
 }
 
 void redis_bus::on_push(redis_link& l, const resp::reply& r) noexcept {
+  if (&l == _watch.get()) return sentinel_message(r);
   if (&l != _probe.get()) on_sub_message(of_link(l), &r);
 }
 
@@ -47,7 +53,7 @@ void redis_bus::ready_check(instance& in) noexcept {
   unpark_ready();
   if (in.ever_up) _n.reconnects.add();
   log(log_level::info, "bus: %s to %s (%zu topics subscribed)", in.ever_up ? "reconnected" : "connected",
-      in.target.describe().c_str(), held);
+      where(in).c_str(), held);
   in.ever_up = true;
 }
 
@@ -173,6 +179,8 @@ void redis_bus::send_auth(redis_link& link, instance& in) noexcept {
 void redis_bus::setup_command_link(instance& in) noexcept {
   const redis_target& t = in.target;
   send_auth(in.cmd, in);
+  // What a Sentinel named must be a master now (its answer may be stale, a failover under way).
+  if (sentinel()) command(in, {"ROLE"}, new op{op::role});
   // The epoch's salt: the shards of a bus are set up together, and their epochs must differ.
   const std::string_view salt = std::string_view(_node_id).substr(0, 5);
   if (_o.cluster) {
@@ -188,7 +196,9 @@ void redis_bus::setup_command_link(instance& in) noexcept {
     const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
     const std::string max_bytes = std::to_string(_o.max_event_bytes);
     command(in, {"HSET", "wspush:config", "maxlen", maxlen, "ttl_ms", ttl, "max_event_bytes", max_bytes}, new op{op::setup});
-    command(in, {"FCALL", "wspush_epoch", "0", salt}, new op{op::epoch});
+    // Under Sentinel the epoch is guarded: a master that took over from its writer voids it.
+    if (sentinel()) command(in, {"FCALL", "wspush_epoch", "0", salt, "guard"}, new op{op::epoch});
+    else command(in, {"FCALL", "wspush_epoch", "0", salt}, new op{op::epoch});
   }
   if (!_node_bytes_asked) _node_bytes_asked = command(in, {"CONFIG", "GET", "stream-node-max-bytes"}, new op{op::node_bytes});
 }
@@ -217,14 +227,15 @@ void redis_bus::setup_refused(instance& in, std::string_view error) noexcept {
   in.refusal = "Redis refused the set-up: " + std::string(error) + std::string(refusal_hint(error));
   try {
     std::lock_guard lock(_why_m);
-    in.why_down = in.target.describe() + ": " + in.refusal;  // said now: the link closes after its last reply
+    in.why_down = where(in) + ": " + in.refusal;  // said now: the link closes after its last reply
   } catch (...) {
   }
-  log_ratelimited(log_level::error, "bus: %s (%s); trying again", in.refusal.c_str(), in.target.describe().c_str());
+  log_ratelimited(log_level::error, "bus: %s (%s); trying again", in.refusal.c_str(), where(in).c_str());
   in.cmd.disconnect();  // from its own callback: the link closes once the pending replies are in
 }
 
 void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {
+  if (sentinel() && (&l == _probe.get() || &l == _watch.get())) return sentinel_link_down(l, why);
   if (&l == _probe.get()) {
     _map_in_flight = false;
     _map_wanted = true;
@@ -242,18 +253,19 @@ void redis_bus::on_link_down(redis_link& l, const std::string& why) noexcept {
 void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone) noexcept {
   const bool was_up = in.up.exchange(false);
   in.cmd_ready = in.sub_ready = false;
-  const std::string where = in.target.describe();
+  in.located = false;  // Sentinel: asked again before the next connection
+  const std::string place = where(in);
   try {
     std::lock_guard lock(_why_m);
-    in.why_down = where + ": " + why;
+    in.why_down = place + ": " + why;
   } catch (...) {
   }
   if (!_running) {
     // stop(): the links were closed on purpose; nothing is lost and nothing reconnects.
-    if (was_up) log(log_level::info, "bus: disconnected from %s", where.c_str());
+    if (was_up) log(log_level::info, "bus: disconnected from %s", place.c_str());
   } else if (was_up || !in.ever_up) {
-    if (was_up) log(log_level::error, "bus: lost %s (%s); reconnecting", where.c_str(), why.c_str());
-    else log_ratelimited(log_level::warn, "bus: cannot reach %s (%s); retrying", where.c_str(), why.c_str());
+    if (was_up) log(log_level::error, "bus: lost %s (%s); reconnecting", place.c_str(), why.c_str());
+    else log_ratelimited(log_level::warn, "bus: cannot reach %s (%s); retrying", place.c_str(), why.c_str());
   }
   if (gone != &in.sub) in.sub.abort();
   if (gone != &in.cmd) in.cmd.abort();

@@ -32,6 +32,7 @@ inline constexpr std::uint64_t link_key(std::size_t instance, bool subscriber) n
   return 2 * std::uint64_t(instance) + (subscriber ? 1 : 2);
 }
 inline constexpr std::uint64_t probe_key = (std::uint64_t(1) << 40) - 1;  // a cluster's map link (within the loop's 56-bit keys)
+inline constexpr std::uint64_t watch_key = probe_key - 1;                   // Sentinel's +switch-master
 inline constexpr std::uint32_t no_home = 0xFFFF;       // a slot no master is known to serve
 inline constexpr std::size_t max_instances = 1024;      // masters a cluster may show, over the node's life
 inline constexpr std::uint32_t map_every_ticks = 100;   // a cluster's map asked again every 5 s
@@ -174,7 +175,7 @@ struct redis_bus::batched_pub {
 };
 
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, epoch, replay, publishes, wait, marker, mark, node_bytes, slots, other };
+  enum kind_t : std::uint8_t { setup, role, epoch, replay, publishes, wait, marker, mark, node_bytes, slots, sentinel_addr, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
@@ -193,10 +194,14 @@ struct redis_bus::instance {
   instance(redis_bus& bus, std::uint32_t i, redis_target t, const resp::limits& limits, relaxed_counter* errors)
       : index(i), target(std::move(t)),
         sub(bus._loop, link_key(i, true), bus, {true, limits, errors, target.tls ? bus._o.tls.get() : nullptr}),
-        cmd(bus._loop, link_key(i, false), bus, {false, limits, errors, target.tls ? bus._o.tls.get() : nullptr}) {}
+        cmd(bus._loop, link_key(i, false), bus, {false, limits, errors, target.tls ? bus._o.tls.get() : nullptr}),
+        host(target.host), port(target.port) {}
   const std::uint32_t index;
   const redis_target target;
   redis_link sub, cmd;
+  std::string host;           // where it is connected (the target's; under Sentinel, what a Sentinel said)
+  std::uint16_t port = 0;
+  bool located = false;       // Sentinel: asked since the last connection was lost
   bool serving = true;        // a cluster's master that serves slots (else it is left alone)
   std::string node_channel;   // this node's channel there (a cluster: a shard channel in a slot it serves)
   std::uint32_t node_slot = no_home;  // a cluster: that channel's slot

@@ -112,6 +112,7 @@ void redis_bus::pub_answered(std::size_t bytes) noexcept { _pub_bytes.fetch_sub(
 void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
   std::unique_ptr<op> hold(o);
   if (o->kind == op::slots) return map_arrived(r);
+  if (o->kind == op::sentinel_addr) return sentinel_answered(r);
   instance& in = *o->in;
   // A slot served elsewhere now (a reshard, a failover): the map is asked again. What was
   // refused so is answered as refused (it did not run), and a retry goes to the new master.
@@ -134,6 +135,16 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       in.epoch.assign(str(r));
       in.cmd_ready = true;
       return ready_check(in);
+    case op::role: {
+      if (r == nullptr || error) return;  // gone, or an error the next set-up command says too
+      const bool master = r->type == resp::reply_type::array && r->elements > 0 &&
+                          r->element[0]->type == resp::reply_type::string && str(r->element[0]) == "master";
+      if (!master)
+        setup_refused(in, "ROLE is " + std::string(r->type == resp::reply_type::array && r->elements > 0
+                                                       ? str(r->element[0]) : std::string_view("not an array")) +
+                              ", not master (a Sentinel's answer from before a failover): asking again");
+      return;
+    }
     case op::publishes: return publishes_answered(*o, r);
     case op::wait: return replicas_answered(*o, r);
     case op::replay: {
@@ -237,6 +248,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       }
       return;
     case op::slots:  // answered above
+    case op::sentinel_addr:
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;

@@ -46,6 +46,7 @@ bool all_digits(std::string_view s) {
 }  // namespace
 
 std::string redis_target::describe() const {
+  if (host.empty()) return std::string(tls ? "rediss://" : "redis://") + "(the master the Sentinels name)";
   const bool v6 = host.find(':') != std::string::npos;
   const std::string creds = password.empty() ? (user.empty() ? "" : user + "@") : user + ":***@";
   return (tls ? "rediss://" : "redis://") + creds + (v6 ? "[" + host + "]" : host) + ":" +
@@ -122,6 +123,40 @@ redis_target parse_redis_url(std::string_view url) {
 
 bus_spec parse_bus_spec(std::string_view value) {
   bus_spec spec;
+  for (const std::string_view scheme : {"redis-sentinel://", "rediss-sentinel://"}) {
+    if (value.substr(0, scheme.size()) != scheme) continue;
+    const bool tls = scheme[5] == 's';
+    spec.kind = bus_spec::sentinel;
+    std::string_view rest = value.substr(scheme.size());
+    std::string auth;
+    if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+      auth = std::string(rest.substr(0, at + 1));
+      rest = rest.substr(at + 1);
+    }
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos || slash + 1 == rest.size() || rest.find('/', slash + 1) != std::string_view::npos)
+      throw std::invalid_argument("--bus " + std::string(value) + ": name the master after the Sentinels: " +
+                                  std::string(scheme) + "host:port[,host:port...]/MASTER_NAME");
+    spec.master_name = std::string(rest.substr(slash + 1));
+    rest = rest.substr(0, slash);
+    if (rest.empty()) throw std::invalid_argument("--bus " + std::string(value) + ": name at least one Sentinel host:port");
+    for (std::size_t from = 0; from <= rest.size();) {
+      const auto comma = rest.find(',', from);
+      const std::string_view one = rest.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from);
+      if (one.empty()) throw std::invalid_argument("--bus " + std::string(value) + ": an empty Sentinel in the list (a comma too many)");
+      redis_target t = parse_redis_url((tls ? "rediss://" : "redis://") + std::string(one));
+      if (one.find(':') == std::string_view::npos) t.port = 26379;  // Sentinel's own port
+      spec.sentinels.push_back(std::move(t));
+      if (comma == std::string_view::npos) break;
+      from = comma + 1;
+    }
+    // The master: its credentials and TLS; its address comes from the Sentinels.
+    redis_target m = parse_redis_url((tls ? "rediss://" : "redis://") + auth + "sentinel-master");
+    m.host.clear();
+    m.port = 0;
+    spec.targets.push_back(std::move(m));
+    return spec;
+  }
   constexpr std::string_view cluster = "redis-cluster://", tls_cluster = "rediss-cluster://";
   const bool over_tls = value.substr(0, tls_cluster.size()) == tls_cluster;
   if (over_tls || value.substr(0, cluster.size()) == cluster) {

@@ -41,9 +41,15 @@ redis_target parse_redis_url(std::string_view url);
 ///   redis://...,redis://...                   isolated shards, in this order (redis_route.hpp)
 ///   redis-cluster://[[user]:password@]host:port[,host:port...]   a Redis Cluster, by its seed
 ///   nodes (rediss-cluster://: over TLS)
+///   redis-sentinel://[[user]:password@]host:port[,host:port...]/MASTER_NAME   one Redis whose
+///   master the Sentinels name (rediss-sentinel://: the master and the Sentinels over TLS)
 struct bus_spec {
-  enum kind_t : std::uint8_t { single, shards, cluster } kind = single;
-  std::vector<redis_target> targets;  // single: one; shards: each; cluster: the seeds (db 0)
+  enum kind_t : std::uint8_t { single, shards, cluster, sentinel } kind = single;
+  /// single: one; shards: each; cluster: the seeds (db 0); sentinel: the master's credentials
+  /// and TLS, its address still to be asked (host empty)
+  std::vector<redis_target> targets;
+  std::vector<redis_target> sentinels;  ///< sentinel: where to ask (no credentials)
+  std::string master_name;              ///< sentinel: the name the Sentinels monitor it by
   /// Whether any target is reached over TLS (rediss://).
   bool any_tls() const noexcept {
     for (const auto& t : targets)

@@ -20,6 +20,9 @@
 -- Keys:
 --   wspush:epoch          a random tag made when missing: the data of this Redis (a restart
 --                         that lost it makes a new one, and older ids are known to be lost)
+--   wspush:epoch:writer   guarded epoch (nodes behind Sentinel): the replication id of the
+--                         master that last wrote under it; a master that took over from that
+--                         one makes a new epoch (single_epoch)
 --   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
 --                         max_event_bytes (the largest data wspush_publish takes), written by
 --                         the nodes from --history-size, --history-ttl and the larger of
@@ -60,7 +63,7 @@ local function config(p)
   return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
 end
 
--- Under Redis Cluster: this master's replication ids (INFO replication), read once per call
+-- This master's replication ids (INFO replication: Redis Cluster, a guarded epoch), read once per call
 -- (`ctx`, a table of the call's own).
 local function replids(ctx)
   if not ctx.replid then
@@ -94,13 +97,34 @@ local function slot_epoch(p, ctx, write)
   return e
 end
 
+-- One Redis's epoch (wspush:epoch). Guarded (wspush:epoch:writer set: nodes behind Sentinel
+-- asked for it), the same rule as a slot's under Redis Cluster: read on a master that took over
+-- from the writer, the epoch is void (''; `write`: nil, a new one is made); read elsewhere by a
+-- writer, the writer becomes this master. Unguarded, the epoch as it is.
+local function single_epoch(ctx, write)
+  local e = redis.call('GET', 'wspush:epoch')
+  if not e then return nil end
+  local by = redis.call('GET', 'wspush:epoch:writer')
+  if not by then return e end
+  ctx.guarded = true
+  local id1, id2 = replids(ctx)
+  if by == id1 then return e end
+  if by == id2 then
+    if not write then return '' end
+    return nil
+  end
+  if write then redis.call('SET', 'wspush:epoch:writer', id1) end
+  return e
+end
+
 -- Made from Redis's clock, and a node's salt when one made it (wspush_epoch): two Redis set up
 -- in the same microsecond (the shards of a bus, set up together) still differ, so an id of one
 -- is never read as a place in another's streams.
 local function epoch(p, salt, ctx)
   local e
+  ctx = ctx or {}
   if p == 'wspush:' then
-    e = redis.call('GET', p .. 'epoch')
+    e = single_epoch(ctx, true)
   else
     e = slot_epoch(p, ctx or {}, true)
   end
@@ -110,6 +134,7 @@ local function epoch(p, salt, ctx)
   if type(salt) == 'string' and #salt <= 5 and string.match(salt, '^[0-9a-z]+$') then e = e .. salt end
   if p == 'wspush:' then
     redis.call('SET', p .. 'epoch', e)
+    if ctx.guarded or ctx.guard then redis.call('SET', 'wspush:epoch:writer', (replids(ctx))) end
   else
     redis.call('SET', p .. 'epoch', e .. ' ' .. replids(ctx or {}))
   end
@@ -307,7 +332,7 @@ local function replay(keys, args)
   if paged and (max_n < 1 or max_bytes < 1) then return redis.error_reply('ERR wspush: bad page bound') end
   local _, ttl = config(p)
   local e
-  if p == 'wspush:' then e = redis.call('GET', p .. 'epoch') or '' else e = slot_epoch(p, {}, false) or '' end
+  if p == 'wspush:' then e = single_epoch({}, false) or '' else e = slot_epoch(p, {}, false) or '' end
   local stream = p .. 'stream:' .. topic
   local now = now_ms()
   local min_ms = ttl > 0 and now - ttl or 0
@@ -493,18 +518,27 @@ local function mark(keys, args)
   -- Reads the epoch a node set up with, or none (a Redis that lost its data since has none until
   -- the next publish), and makes none, so that it runs when Redis is out of memory too, when the
   -- sweep frees memory.
-  local e = redis.call('GET', 'wspush:epoch') or ''
+  local e = single_epoch({}, false) or ''
   redis.call('PUBLISH', channel, 'mark ' .. e .. ' ' .. now_ms())
   return 1
 end
 
 redis.register_function{function_name = 'wspush_mark', callback = mark, flags = {'allow-oom'}}
--- FCALL wspush_epoch 0 [<salt>] -> the epoch (made when missing; <salt>: 1-5 of [0-9a-z]).
+-- FCALL wspush_epoch 0 [<salt> [guard]] -> the epoch (made when missing; <salt>: 1-5 of [0-9a-z];
+-- guard: the epoch is guarded from here on, see single_epoch).
 -- Under Redis Cluster: FCALL wspush_epoch 1 wspush:{<tag>}:epoch [<salt>]: that slot's.
 redis.register_function{
   function_name = 'wspush_epoch',
   callback = function(keys, args)
     local p = space(keys, 'epoch')
     if not p or (#keys > 0 and keys[1] ~= p .. 'epoch') then return redis.error_reply('ERR wspush: bad epoch key') end
-    return epoch(p, args[1])
+    local ctx = {}
+    if p == 'wspush:' and args[2] == 'guard' then
+      ctx.guard = true
+      -- An epoch that was not guarded yet is taken as this master's: nothing says otherwise.
+      if redis.call('GET', 'wspush:epoch') and not redis.call('GET', 'wspush:epoch:writer') then
+        redis.call('SET', 'wspush:epoch:writer', (replids(ctx)))
+      end
+    end
+    return epoch(p, args[1], ctx)
   end}

@@ -67,6 +67,25 @@ TEST_CASE("bus: a list of redis URLs is isolated shards, redis-cluster:// names 
   CHECK(!c.any_tls());
 }
 
+TEST_CASE("bus: redis-sentinel:// names the Sentinels and the master's name") {
+  bus_spec s = parse_bus_spec("redis-sentinel://app:pw@10.0.0.1:26379,10.0.0.2:26380,sentinel-c/mymaster");
+  CHECK(s.kind == bus_spec::sentinel);
+  CHECK(s.master_name == "mymaster");
+  REQUIRE(s.sentinels.size() == 3);
+  CHECK(s.sentinels[1].port == 26380);
+  CHECK(s.sentinels[2].port == 26379);  // Sentinel's port when none is given
+  for (const redis_target& t : s.sentinels) CHECK(t.password.empty());  // the credentials are the master's
+  REQUIRE(s.targets.size() == 1);
+  CHECK(s.targets[0].user == "app");
+  CHECK(s.targets[0].password == "pw");
+  CHECK(s.targets[0].host.empty());
+  CHECK(parse_bus_spec("rediss-sentinel://h:1/m").targets[0].tls);
+  CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel://h:26379"), Catch::Contains("MASTER_NAME"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel://h:26379/"), Catch::Contains("MASTER_NAME"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel:///m"), Catch::Contains("at least one Sentinel"));
+  CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel://a:1,,b:2/m"), Catch::Contains("a comma too many"));
+}
+
 TEST_CASE("bus: bad bus lists are refused with why") {
   CHECK_THROWS_WITH(parse_bus_spec("redis://a:1,redis://a:1/0"), Catch::Contains("named twice"));
   CHECK_THROWS_WITH(parse_bus_spec("redis://a:1,"), Catch::Contains("a comma too many"));
