@@ -11,7 +11,9 @@
   subscriber that stayed on node A has every acknowledged event of each topic, or was told that
   topic was lost; a resume on node B from the first event of each topic gets every acknowledged
   event after it, or the topic in `lost`. Never a silent gap;
-- a Sentinel that is down is passed over (one of the three killed before the failover).
+- a Sentinel that is down is passed over (one of the three killed before the failover);
+- rediss-sentinel://: a Sentinel and a master that listen only on TLS ports (certificates made
+  here with `openssl`, client certificates required): a node finds the master and delivers.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
@@ -29,7 +31,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_bus import connect, readyz  # noqa: E402
-from wsp_redis import RedisServer, _encode, _read_resp, free_port  # noqa: E402
+from wsp_redis import Pki, RedisServer, _encode, _read_resp, free_port  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, _die_with_parent, admin_port, arg_parser, check, metric,  # noqa: E402
                          poll_until, publish_ok, recv_json, run_main, scaled, subscribe)
 
@@ -46,13 +48,16 @@ def command(port: int, *args: str):
 class Sentinel:
     """`redis-server <conf> --sentinel` on 127.0.0.1:port, watching `NAME` at the master."""
 
-    def __init__(self, master_port: int):
+    def __init__(self, master_port: int, quorum: int = 2, pki: "Pki | None" = None):
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="wspush-sentinel-")
         self.conf = os.path.join(self.dir, "sentinel.conf")
+        # Over TLS: its own port TLS only, and TLS to the master (tls-replication).
+        tls = (f"port 0\ntls-port {self.port}\ntls-cert-file {pki.server[1]}\ntls-key-file {pki.server[0]}\n"
+               f"tls-ca-cert-file {pki.ca[1]}\ntls-replication yes\n") if pki else f"port {self.port}\n"
         with open(self.conf, "w") as f:
-            f.write(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
-                    f"sentinel monitor {NAME} 127.0.0.1 {master_port} 2\n"
+            f.write(f"{tls}bind 127.0.0.1\ndir {self.dir}\n"
+                    f"sentinel monitor {NAME} 127.0.0.1 {master_port} {quorum}\n"
                     f"sentinel down-after-milliseconds {NAME} 1000\n"
                     f"sentinel failover-timeout {NAME} 10000\n")
         self.proc = subprocess.Popen(["redis-server", self.conf, "--sentinel", "--loglevel", "warning"],
@@ -217,6 +222,31 @@ async def delivery(a: ServerProcess, b: ServerProcess) -> None:
         await w.close()
 
 
+def over_tls(args) -> None:
+    pki = Pki()
+    port = free_port()
+    master = RedisServer(extra=("--port", "0", "--tls-port", str(port), "--tls-cert-file", pki.server[1],
+                                "--tls-key-file", pki.server[0], "--tls-ca-cert-file", pki.ca[1]))
+    master.start(wait=False)
+    sentinel = Sentinel(port, quorum=1, pki=pki)
+    s = None
+    try:
+        url = f"rediss-sentinel://127.0.0.1:{sentinel.port}/{NAME}"
+        s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                          extra=["--bus", url, "--threads", "2", "--redis-tls-ca", pki.ca[1],
+                                 "--redis-tls-cert", pki.client[1], "--redis-tls-key", pki.client[0]]).start()
+        check(poll_until(lambda: metric(s, "wspush_bus_up") == 1 and readyz(s) == 200, scaled(30)),
+              "a node did not find the master through a TLS Sentinel\n" + s.log_tail())
+        s.wait_for_log(rf"names 127\.0\.0\.1:{port} as master", scaled(5), "the master named by the TLS Sentinel")
+        asyncio.run(delivery(s, s))
+    finally:
+        if s is not None:
+            s.kill()
+        sentinel.close()
+        master.close()
+        pki.close()
+
+
 def main(args) -> None:
     master = RedisServer().start()
     replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(master.port))).start()
@@ -232,6 +262,7 @@ def main(args) -> None:
         f.step("the master found through the Sentinels", lambda: asyncio.run(delivery(a, b)))
         f.step("the master killed under load: followed, no silent gap",
                lambda: asyncio.run(failover(args, master, replica, sentinels, a, b)))
+        f.step("rediss-sentinel://: the Sentinel and the master over TLS", over_tls, args)
         for s in (a, b):
             check(not s.crashed(), "a node crashed\n" + s.log_tail())
         f.done()
