@@ -197,7 +197,7 @@ const std::vector<option>& options() {
        U32("redis-wait-replicas", redis_wait_replicas, 0, 64)},
       {"redis-wait-ms", "MS",
        "with --redis-wait-replicas: how long a batch of publishes waits for its replicas (the Redis link waits "
-       "with it: keep it well under --redis-timeout)",
+       "with it: under half of --redis-timeout)",
        U32("redis-wait-ms", redis_wait_ms, 1, 60'000)},
       {"reuseport", "", "let several wspush processes share the listening port (SO_REUSEPORT)",
        [](const config& c) { return std::string(c.reuseport ? "true" : "false"); },
@@ -327,9 +327,9 @@ config parse_config(int argc, char** argv) {
     throw config_error("--redis-tls-cert and --redis-tls-key go together: give both or neither");
   if (c.redis_wait_replicas > 0 && c.bus.empty())
     throw config_error("--redis-wait-replicas waits for Redis replicas: it needs --bus=redis://...");
-  if (c.redis_wait_replicas > 0 && c.redis_wait_ms >= c.redis_timeout * 1000)
-    throw config_error("--redis-wait-ms must be under --redis-timeout: the link waits for WAIT, and a wait that "
-                       "long would mark the bus stalled");
+  if (c.redis_wait_replicas > 0 && 2.0 * c.redis_wait_ms >= c.redis_timeout * 1000)
+    throw config_error("--redis-wait-ms must be under half of --redis-timeout: the link waits for WAIT (a batch for "
+                       "at most two), and a wait that long would mark the bus stalled");
   if (c.tls_cert.empty() != c.tls_key.empty())
     throw config_error("--tls-cert and --tls-key go together: give both (TLS) or neither (plain ws://)");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());

@@ -54,6 +54,9 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
   }
   _wait_args[0] = std::to_string(_o.wait_replicas);
   _wait_args[1] = std::to_string(_o.wait_ms);
+  _wait_argv[0] = "WAIT";
+  _wait_argv[1] = _wait_args[0];
+  _wait_argv[2] = _wait_args[1];
   if (_o.cluster) {
     // The masters come from the cluster's map (apply_map); the seeds are where it is asked.
     _slot_owner.reset(new std::atomic<std::uint16_t>[cluster_slots]);
@@ -516,12 +519,13 @@ bool redis_bus::command(instance& in, std::span<const std::string_view> args, op
 }
 
 /// The same on either link of `in` (the subscriber link's AUTH is answered so too).
-bool redis_bus::command_on(redis_link& link, instance& in, std::span<const std::string_view> args, op* o) noexcept {
+bool redis_bus::command_on(redis_link& link, instance& in, std::span<const std::string_view> args, op* o,
+                           bool delete_unsent) noexcept {
   try {
     _argp.resize(args.size());
     _argl.resize(args.size());
   } catch (...) {
-    delete o;
+    if (delete_unsent) delete o;
     return false;
   }
   for (std::size_t k = 0; k < args.size(); ++k) {
@@ -531,7 +535,7 @@ bool redis_bus::command_on(redis_link& link, instance& in, std::span<const std::
   o->bus = this;
   o->in = &in;
   if (link.command(int(args.size()), _argp.data(), _argl.data(), reply_cb, o)) return true;
-  delete o;
+  if (delete_unsent) delete o;
   return false;
 }
 

@@ -251,6 +251,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void sentinel_failed(const std::string& why) noexcept;
   void sentinel_link_down(redis_link& l, const std::string& why) noexcept;
   void watch_sentinels() noexcept;
+  void watch_failed(const std::string& why) noexcept;
   void watch_up() noexcept;
   void sentinel_message(const resp::reply& r) noexcept;
   void map_arrived(const resp::reply* r) noexcept;
@@ -272,6 +273,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void publish_refused(request& r) noexcept;
   void publishes_answered(op& o, const resp::reply* r) noexcept;
   void replicas_answered(op& o, const resp::reply* r) noexcept;
+  void follow_with_wait(instance& in, op& o) noexcept;
+  void drop_next_wait(instance& in) noexcept;
   void settle_pub(batched_pub& b, bus_publish result, std::string_view text) noexcept;
   void on_sub_message(instance& in, const resp::reply* r) noexcept;
   void confirmed(instance& in, const std::string& topic) noexcept;
@@ -317,7 +320,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void add_positions(const pending& p, pubsub::bus_reply& r);
   bool command(instance& in, std::initializer_list<std::string_view> args, op* o) noexcept;
   void send_auth(redis_link& link, instance& in) noexcept;
-  bool command_on(redis_link& link, instance& in, std::span<const std::string_view> args, op* o) noexcept;
+  bool command_on(redis_link& link, instance& in, std::span<const std::string_view> args, op* o,
+                  bool delete_unsent = true) noexcept;
   bool command(instance& in, std::span<const std::string_view> args, op* o) noexcept;
   void offer(std::uint32_t shard, pubsub::event&& e) noexcept;
   void offer_all(const pool::frame_ref& frame, std::string_view topic) noexcept;
@@ -363,7 +367,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::unique_ptr<redis_link> _watch;  // Sentinel: subscribed to +switch-master
   std::size_t _sentinel_at = 0;        // the Sentinel asked (in turn, past one that fails)
   bool _sentinel_asking = false;
-  std::uint32_t _watch_retry = 0;
+  std::uint32_t _sentinel_asked_tick = 0;
+  std::size_t _watch_at = 0;           // the Sentinel watched
+  std::uint32_t _watch_retry = 0, _watch_connect_tick = 0;
   std::vector<std::pair<std::string, std::uint16_t>> _map_sources;
   std::size_t _next_source = 0;
   std::string _probe_host;  // the host the map link is connected to
@@ -375,6 +381,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::vector<std::string> _keys;  // scratch: a batch's stream keys
   mutable std::mutex _why_m;       // guards each instance's why_down
   std::string _wait_args[2];       // WAIT's replicas and milliseconds (durable publishes)
+  std::string_view _wait_argv[3];  // WAIT <replicas> <ms>
   std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;

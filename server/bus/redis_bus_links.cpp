@@ -269,6 +269,7 @@ void redis_bus::went_down(instance& in, const std::string& why, redis_link* gone
   }
   if (gone != &in.sub) in.sub.abort();
   if (gone != &in.cmd) in.cmd.abort();
+  drop_next_wait(in);  // after the command link's replies, which hand it their publishes
   // Subs under way with a topic on this Redis wait for it to come back, from the start; held
   // topics are subscribed again on the next connection. Catch-ups under way on it are done
   // again then, from where they started (the topic keeps it; the live events they held back

@@ -183,7 +183,8 @@ struct redis_bus::op {
   std::uint32_t shard = 0;
   std::uint64_t tag = 0;    // replay: the link generation it was sent on
   std::vector<batched_pub> pubs;  // publishes: one per pair of the call, in order (wait: handed on)
-  op* then_wait = nullptr;  // publishes: the WAIT sent right behind the call (durable), which settles them
+  op* then_wait = nullptr;  // publishes: the WAIT that settles them (durable: follow_with_wait)
+  bool unconfirmed = false; // publishes: durable, but no WAIT could follow them (no memory)
   redis_bus* bus = nullptr;
   instance* in = nullptr;   // the Redis it was sent to
 };
@@ -202,6 +203,8 @@ struct redis_bus::instance {
   std::string host;           // where it is connected (the target's; under Sentinel, what a Sentinel said)
   std::uint16_t port = 0;
   bool located = false;       // Sentinel: asked since the last connection was lost
+  bool wait_in_flight = false;      // durable publishes: a WAIT sent, not answered
+  std::unique_ptr<op> next_wait;    // ... and the one the batches sent meanwhile wait for (not sent yet)
   bool serving = true;        // a cluster's master that serves slots (else it is left alone)
   std::string node_channel;   // this node's channel there (a cluster: a shard channel in a slot it serves)
   std::uint32_t node_slot = no_home;  // a cluster: that channel's slot

@@ -76,15 +76,7 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
       }
       sent = command(in, _argv, o);  // deletes o if it was not sent
       if (sent) _n.publish_calls.add();
-      // Durable: WAIT, pipelined right behind the call, answers once wait_replicas replicas of
-      // this Redis have every write made before it on this link (or wait_ms ran out); the
-      // call's publishes are settled by its answer (replicas_answered).
-      if (sent && _o.wait_replicas > 0) {
-        if (auto* w = new (std::nothrow) op{op::wait}) {
-          o->then_wait = w;
-          if (!command(in, {"WAIT", _wait_args[0], _wait_args[1]}, w)) o->then_wait = nullptr;
-        }
-      }
+      if (sent && _o.wait_replicas > 0) follow_with_wait(in, *o);
     } catch (...) {
       delete o;
     }
@@ -94,6 +86,29 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
     if (!sent) publish_refused(r);
     else if (r.kind == request::client_pub) o->pubs[k].topic = std::move(r.topic);  // sent: the bytes are copied
   }
+}
+
+/// Durable: WAIT answers once wait_replicas replicas of this Redis have every write made before
+/// it on this link (or wait_ms ran out), and the batch's publishes are settled by its answer
+/// (replicas_answered). Redis runs nothing else of a link while its WAIT waits, so at most one
+/// is in flight: a batch sent meanwhile waits for the next one, which covers every batch sent
+/// until the first answers. Replicas that are away so cost each batch at most two waits, not
+/// one for every batch ahead of it (which would soon look like a stalled Redis).
+void redis_bus::follow_with_wait(instance& in, op& o) noexcept {
+  if (in.wait_in_flight) {
+    if (!in.next_wait) in.next_wait.reset(new (std::nothrow) op{op::wait});
+    if (in.next_wait) {
+      o.then_wait = in.next_wait.get();
+      return;
+    }
+  } else if (auto* w = new (std::nothrow) op{op::wait}) {
+    if (command_on(in.cmd, in, std::span<const std::string_view>(_wait_argv), w)) {
+      o.then_wait = w;
+      in.wait_in_flight = true;
+      return;
+    }
+  }
+  o.unconfirmed = true;  // no memory for the WAIT: its publishes are not said to be on replicas
 }
 
 /// A publish that did not go (down, or no memory): its publisher hears it.
@@ -279,6 +294,10 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
                                : e->type == resp::reply_type::string && e->len > 0 ? bus_publish::ok
                                                                          : bus_publish::refused;
     const std::string_view text = result == bus_publish::refused && e->type != resp::reply_type::error ? "a malformed reply" : str(e);
+    if (o.unconfirmed && result == bus_publish::ok) {
+      settle_pub(b, bus_publish::unknown, {});  // published; whether replicas have it is not known
+      continue;
+    }
     if (o.then_wait == nullptr) {
       settle_pub(b, result, text);
       continue;
@@ -292,7 +311,13 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
       }
     }
   }
-  if (o.then_wait != nullptr) o.then_wait->pubs = std::move(o.pubs);
+  if (o.then_wait == nullptr || o.unconfirmed) return;
+  auto& to = o.then_wait->pubs;
+  try {
+    to.insert(to.end(), std::make_move_iterator(o.pubs.begin()), std::make_move_iterator(o.pubs.end()));
+  } catch (...) {
+    for (batched_pub& b : o.pubs) settle_pub(b, b.result == bus_publish::ok ? bus_publish::unknown : b.result, b.text);
+  }
 }
 
 /// WAIT answered for a batch of durable publishes: those Redis ran are answered ok if enough
@@ -316,6 +341,23 @@ void redis_bus::replicas_answered(op& o, const resp::reply* r) noexcept {
     }
     settle_pub(b, b.result, b.text);
   }
+  // The WAIT in flight answered: the next one, if batches wait for it, goes now (not when the
+  // link is gone: went_down settles it).
+  instance& in = *o.in;
+  in.wait_in_flight = false;
+  if (r != nullptr && in.next_wait && command_on(in.cmd, in, std::span<const std::string_view>(_wait_argv), in.next_wait.get(), false)) {
+    (void)in.next_wait.release();  // the link owns it now
+    in.wait_in_flight = true;
+  }
+}
+
+/// The link went with batches waiting for the next WAIT: they were published or not, and
+/// whether replicas have them is not known.
+void redis_bus::drop_next_wait(instance& in) noexcept {
+  in.wait_in_flight = false;
+  if (!in.next_wait) return;
+  for (batched_pub& b : in.next_wait->pubs) settle_pub(b, b.result == bus_publish::ok ? bus_publish::unknown : b.result, b.text);
+  in.next_wait.reset();
 }
 
 /// One publish of a batch answered: its admin waiter, or its client's shard.

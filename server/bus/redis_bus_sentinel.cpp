@@ -40,6 +40,7 @@ std::string redis_bus::where(const instance& in) const {
 /// the links (sentinel_answered).
 void redis_bus::ask_sentinel() noexcept {
   if (_sentinel_asking || !_running) return;
+  _sentinel_asked_tick = _tick;  // a Sentinel that does not answer within --redis-timeout is passed over
   if (!_probe->connected()) {
     if (!_probe->idle()) return;  // connecting: on_link_up asks
     std::string why;
@@ -63,8 +64,8 @@ void redis_bus::ask_sentinel() noexcept {
 
 /// A Sentinel answered {ip, port}, or nil (it does not know the name).
 void redis_bus::sentinel_answered(const resp::reply* r) noexcept {
+  if (r == nullptr) return;  // the link went: on_link_down (or whoever dropped it) passes the turn
   _sentinel_asking = false;
-  if (r == nullptr) return;  // the link went: on_link_down passes the turn
   instance& in = *_instances.front();
   const bool addr = r->type == resp::reply_type::array && r->elements == 2 &&
                     r->element[0]->type == resp::reply_type::string && r->element[1]->type == resp::reply_type::string;
@@ -99,25 +100,52 @@ void redis_bus::sentinel_failed(const std::string& why) noexcept {
   _sentinel_asking = false;
   const std::string who = sentinel_name(_o.sentinels[_sentinel_at]);
   _sentinel_at = (_sentinel_at + 1) % _o.sentinels.size();
-  if (_probe->connected()) _probe->abort();
+  if (!_probe->idle()) _probe->abort();
   went_down(*_instances.front(), "Sentinel " + who + ": " + why);
 }
 
 /// The link to a Sentinel asked for the master went away.
 void redis_bus::sentinel_link_down(redis_link& l, const std::string& why) noexcept {
-  if (&l == _watch.get()) {
-    _watch_retry = _tick + 20;  // a second; the Sentinel asked next is watched then
-    return;
-  }
+  if (&l == _watch.get()) return watch_failed(why);
   if (_sentinel_asking) sentinel_failed(why);
 }
 
-/// Keeps a Sentinel's +switch-master heard (on_tick): connected to the Sentinel asked last.
+/// The watch's Sentinel went away or fell silent: the next one is watched, a second later.
+void redis_bus::watch_failed(const std::string& why) noexcept {
+  if (!_running) return;
+  log_ratelimited(log_level::warn, "bus: Sentinel %s, watched for +switch-master: %s; watching the next",
+                  sentinel_name(_o.sentinels[_watch_at]).c_str(), why.c_str());
+  _watch_at = (_watch_at + 1) % _o.sentinels.size();
+  _watch_retry = _tick + 20;
+}
+
+/// On each tick: a question no Sentinel answered within --redis-timeout passes the turn; the
+/// watch stays connected to a Sentinel (pinged when quiet, dropped when it stops answering).
 void redis_bus::watch_sentinels() noexcept {
-  if (!_watch->idle() || std::int32_t(_tick - _watch_retry) < 0 || !_running) return;
-  const redis_target& s = _o.sentinels[_sentinel_at];
+  if (!_running) return;
+  const auto timeout_ticks = std::uint32_t(_o.redis_timeout * 20) + 1;  // ticks of 50 ms
+  if (_sentinel_asking && _tick - _sentinel_asked_tick > timeout_ticks) sentinel_failed("no answer within --redis-timeout");
+  const std::uint64_t now = monotonic_ns();
+  if (_watch->connected()) {
+    if (_watch->waiting_ns(now) > std::uint64_t(_o.redis_timeout * 1e9)) {
+      _watch->abort();
+      return watch_failed("no answer within --redis-timeout");
+    }
+    _watch->keepalive(now, 1'000'000'000);
+    return;
+  }
+  if (!_watch->idle()) {
+    if (_tick - _watch_connect_tick > timeout_ticks) {
+      _watch->abort();
+      watch_failed("could not connect within --redis-timeout");
+    }
+    return;
+  }
+  if (std::int32_t(_tick - _watch_retry) < 0) return;
+  const redis_target& s = _o.sentinels[_watch_at];
   std::string why;
-  if (!_watch->connect(s.host, s.port, why)) _watch_retry = _tick + 20;
+  _watch_connect_tick = _tick;
+  if (!_watch->connect(s.host, s.port, why)) watch_failed(why);
 }
 
 void redis_bus::watch_up() noexcept {
@@ -140,6 +168,9 @@ void redis_bus::sentinel_message(const resp::reply& r) noexcept {
   }
   if (n != 5 || parts[0] != _o.master_name) return;
   instance& in = *_instances.front();
+  unsigned port = 0;
+  std::from_chars(parts[4].data(), parts[4].data() + parts[4].size(), port);
+  if (in.located && parts[3] == in.host && port == in.port) return;  // there already
   log(log_level::warn, "bus: Sentinel says master %s moved from %.*s:%.*s to %.*s:%.*s", _o.master_name.c_str(),
       int(parts[1].size()), parts[1].data(), int(parts[2].size()), parts[2].data(), int(parts[3].size()), parts[3].data(),
       int(parts[4].size()), parts[4].data());

@@ -169,6 +169,16 @@ void redis_link::on_ready(bool readable, bool writable) noexcept {
     _handshaking = true;
     return handshake_step();
   }
+  if (_read_wants_write && writable) {
+    _read_wants_write = false;
+    rewatch();
+    readable = true;
+  }
+  if (_write_wants_read && readable) {
+    _write_wants_read = false;
+    rewatch();
+    writable = _want_write;
+  }
   if (writable && _want_write && !write_some()) return;
   if (readable) read_some();
 }
@@ -207,8 +217,13 @@ bool redis_link::write_some() noexcept {
       std::string why;
       switch (_tls.write(_out.data() + _out_at, _out.size() - _out_at, put, why)) {
         case tls_client_stream::io::done: _out_at += put; continue;
-        case tls_client_stream::io::want_write:
-        case tls_client_stream::io::want_read: return true;  // readable is watched while up: it goes on from there
+        case tls_client_stream::io::want_write: return true;
+        case tls_client_stream::io::want_read:
+          // Not writable that is awaited (it would wake the loop at once, again and again):
+          // readable, and read_some writes again.
+          _write_wants_read = true;
+          rewatch();
+          return true;
         case tls_client_stream::io::closed: close_now(true, "Redis closed the connection"); return false;
         case tls_client_stream::io::failed: close_now(true, why); return false;
       }
@@ -235,7 +250,7 @@ bool redis_link::write_some() noexcept {
 void redis_link::read_some() noexcept {
   const std::uint64_t gen = _gen;
   for (int k = 0; k < reads_per_wake; ++k) {
-    ssize_t n;
+    ssize_t n = 0;
     if (_tls.active()) {
       // A record at a time; what is left of the socket's bytes wakes the loop again.
       std::size_t got = 0;
@@ -244,10 +259,8 @@ void redis_link::read_some() noexcept {
         case tls_client_stream::io::done: n = ssize_t(got); break;
         case tls_client_stream::io::want_read: return;
         case tls_client_stream::io::want_write:
-          if (!_want_write) {
-            _want_write = true;
-            rewatch();
-          }
+          _read_wants_write = true;  // on_ready reads again once writable
+          rewatch();
           return;
         case tls_client_stream::io::closed: return close_now(true, "Redis closed the connection");
         case tls_client_stream::io::failed: return close_now(true, why);
@@ -371,7 +384,7 @@ void redis_link::close_now(bool tell, const std::string& why) noexcept {
   _tls.reset();
   ::close(_fd);
   _fd = -1;
-  _up = _closing = _subscribed = _want_write = _handshaking = false;
+  _up = _closing = _subscribed = _want_write = _handshaking = _write_wants_read = _read_wants_write = false;
   ++_gen;
   if (_out.capacity() > keep_out) std::string().swap(_out);
   else _out.clear();
@@ -390,7 +403,7 @@ void redis_link::close_now(bool tell, const std::string& why) noexcept {
 void redis_link::rewatch() noexcept {
   if (_fd < 0) return;
   if (_handshaking) _loop.watch(_fd, _key, _handshake_reads, !_handshake_reads);
-  else _loop.watch(_fd, _key, _up, !_up || _want_write);
+  else _loop.watch(_fd, _key, _up, !_up || _read_wants_write || (_want_write && !_write_wants_read));
 }
 
 std::uint64_t redis_link::waiting_ns(std::uint64_t now_ns) const noexcept {

@@ -120,6 +120,8 @@ class redis_link {
   bool _dispatching = false;     // a reply of the parser's is being read: its reset waits
   bool _handshaking = false;     // TLS: connected, the handshake under way
   bool _handshake_reads = false; // ... and it waits for the socket to be readable (else writable)
+  bool _write_wants_read = false; // TLS: a write waits for the socket to be readable
+  bool _read_wants_write = false; // TLS: a read waits for the socket to be writable
   std::string _host;             // TLS: what the certificate must name
   tls_client_stream _tls;
   std::uint64_t _gen = 0;        // changes whenever the connection ends: callbacks may end it

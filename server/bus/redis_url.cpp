@@ -64,8 +64,9 @@ std::string_view refusal_hint(std::string_view e) noexcept {
   return {};
 }
 
-redis_target parse_redis_url(std::string_view url) {
+redis_target parse_redis_url(std::string_view url, std::uint16_t default_port) {
   redis_target t;
+  t.port = default_port;
   std::string_view rest;
   if (url.substr(0, 8) == "redis://") {
     rest = url.substr(8);
@@ -128,24 +129,26 @@ bus_spec parse_bus_spec(std::string_view value) {
     const bool tls = scheme[5] == 's';
     spec.kind = bus_spec::sentinel;
     std::string_view rest = value.substr(scheme.size());
+    // The master's name is after the last '/' (a '/' in a password is written %2F).
+    const auto slash = rest.rfind('/');
+    if (slash == std::string_view::npos || slash + 1 == rest.size())
+      throw std::invalid_argument("--bus " + std::string(value) + ": name the master after the Sentinels: " +
+                                  std::string(scheme) + "host:port[,host:port...]/MASTER_NAME");
+    spec.master_name = std::string(rest.substr(slash + 1));
+    rest = rest.substr(0, slash);
     std::string auth;
     if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
       auth = std::string(rest.substr(0, at + 1));
       rest = rest.substr(at + 1);
     }
-    const auto slash = rest.find('/');
-    if (slash == std::string_view::npos || slash + 1 == rest.size() || rest.find('/', slash + 1) != std::string_view::npos)
-      throw std::invalid_argument("--bus " + std::string(value) + ": name the master after the Sentinels: " +
-                                  std::string(scheme) + "host:port[,host:port...]/MASTER_NAME");
-    spec.master_name = std::string(rest.substr(slash + 1));
-    rest = rest.substr(0, slash);
+    if (rest.find('/') != std::string_view::npos)
+      throw std::invalid_argument("--bus " + std::string(value) + ": a Sentinel has no database (no /db before /MASTER_NAME)");
     if (rest.empty()) throw std::invalid_argument("--bus " + std::string(value) + ": name at least one Sentinel host:port");
     for (std::size_t from = 0; from <= rest.size();) {
       const auto comma = rest.find(',', from);
       const std::string_view one = rest.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from);
       if (one.empty()) throw std::invalid_argument("--bus " + std::string(value) + ": an empty Sentinel in the list (a comma too many)");
-      redis_target t = parse_redis_url((tls ? "rediss://" : "redis://") + std::string(one));
-      if (one.find(':') == std::string_view::npos) t.port = 26379;  // Sentinel's own port
+      redis_target t = parse_redis_url((tls ? "rediss://" : "redis://") + std::string(one), 26379);  // Sentinel's port
       spec.sentinels.push_back(std::move(t));
       if (comma == std::string_view::npos) break;
       from = comma + 1;

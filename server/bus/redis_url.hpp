@@ -34,7 +34,7 @@ struct redis_target {
 std::string_view refusal_hint(std::string_view redis_error) noexcept;
 
 /// Parses a bus URL; throws std::invalid_argument with a message fit for the user.
-redis_target parse_redis_url(std::string_view url);
+redis_target parse_redis_url(std::string_view url, std::uint16_t default_port = 6379);
 
 /// What --bus names beyond the embedded bus (issue 21, not wired yet):
 ///   redis://... (or rediss://...)                one Redis

@@ -102,11 +102,11 @@ end
 -- from the writer, the epoch is void (''; `write`: nil, a new one is made); read elsewhere by a
 -- writer, the writer becomes this master. Unguarded, the epoch as it is.
 local function single_epoch(ctx, write)
+  local by = redis.call('GET', 'wspush:epoch:writer')
+  if by then ctx.guarded = true end  -- an epoch made after a loss is guarded too
   local e = redis.call('GET', 'wspush:epoch')
   if not e then return nil end
-  local by = redis.call('GET', 'wspush:epoch:writer')
   if not by then return e end
-  ctx.guarded = true
   local id1, id2 = replids(ctx)
   if by == id1 then return e end
   if by == id2 then

@@ -90,12 +90,14 @@ bool tls_client_stream::start(const tls_client_context& ctx, int fd, const std::
 
 tls_client_stream::io tls_client_stream::handshake(std::string& why) noexcept {
   ERR_clear_error();
+  errno = 0;
   const int rc = SSL_do_handshake(_ssl);
   return rc == 1 ? io::done : outcome(rc, why);
 }
 
 tls_client_stream::io tls_client_stream::read(char* buf, std::size_t cap, std::size_t& got, std::string& why) noexcept {
   ERR_clear_error();
+  errno = 0;
   got = 0;
   if (SSL_read_ex(_ssl, buf, cap, &got) == 1) return io::done;
   return outcome(0, why);
@@ -103,6 +105,7 @@ tls_client_stream::io tls_client_stream::read(char* buf, std::size_t cap, std::s
 
 tls_client_stream::io tls_client_stream::write(const char* buf, std::size_t len, std::size_t& put, std::string& why) noexcept {
   ERR_clear_error();
+  errno = 0;
   put = 0;
   if (SSL_write_ex(_ssl, buf, len, &put) == 1) return io::done;
   return outcome(0, why);

@@ -3,17 +3,23 @@
 node that waits for one replica, Python `websockets` clients, raw RESP to read the replica.
 
 - every publish answered 200 is on the replica already when the answer arrives (read there at
-  once, the entry with that id), for admin publishes and for a client's `pub`;
+  once, the entry with that id), for admin publishes and for a client's `pub` (on loopback the
+  replica is fast enough that this would mostly hold without WAIT too: the next step is the one
+  only WAIT passes);
 - the replica gone: a publish is answered 504 `timeout` saying it was published with that id on
   the master but not on the replica within --redis-wait-ms; it is delivered (the master has it)
-  and counted in wspush_bus_unreplicated_total; a client's `pub` hears `timeout`;
+  and counted in wspush_bus_unreplicated_total; a client's `pub` hears `timeout`; forty publishes
+  at once are all answered 504, the batches sharing WAITs (one in flight at a time), and the bus
+  is never taken for stalled (--redis-timeout 2 s, eight times --redis-wait-ms);
 - the replica back and in sync: publishes are answered 200 again, and are on it.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
+import concurrent.futures
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_bus import connect, readyz  # noqa: E402
@@ -21,7 +27,7 @@ from wsp_redis import RedisServer  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until, publish,  # noqa: E402
                          publish_ok, recv_json, run_main, scaled, subscribe)
 
-WAIT_MS = 300
+WAIT_MS = 250
 TOPIC = "mailbox:durable"
 
 
@@ -79,6 +85,17 @@ async def replica_gone(s: ServerProcess, master: RedisServer, replica: RedisServ
         check(len(errors) == 1 and errors[0].get("code") == "timeout" and len(events) == 1,
               f"a client's pub with no replica: {got}")
         check(readyz(s) == 200, "a missing replica is not the bus down: /readyz should stay 200")
+        # Many at once: without a shared WAIT each batch would wait behind every WAIT before it.
+        waits = master.command("INFO", "commandstats").split("cmdstat_wait:calls=")[1].split(",")[0]
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+            answers = list(pool.map(lambda n: publish(s, TOPIC, {"many": n})[0], range(40)))
+        print(f"    forty publishes with no replica answered in {time.monotonic() - t0:.2f} s, "
+              f"{int(master.command('INFO', 'commandstats').split('cmdstat_wait:calls=')[1].split(',')[0]) - int(waits)} WAITs",
+              flush=True)
+        check(answers == [504] * 40, f"forty publishes with no replica: {sorted(set(answers))}")
+        check(metric(s, "wspush_bus_stalled") == 0 and readyz(s) == 200,
+              "waiting for replicas was taken for a stalled Redis\n" + s.log_tail())
     finally:
         await w.close()
     replica.start()
@@ -94,7 +111,8 @@ def main(args) -> None:
         check(poll_until(lambda: replica_in_sync(master), scaled(20)), "the replica did not sync")
         s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
                           extra=["--bus", master.url, "--threads", "2", "--allow-client-publish",
-                                 "--redis-wait-replicas", "1", "--redis-wait-ms", str(WAIT_MS)]).start()
+                                 "--redis-wait-replicas", "1", "--redis-wait-ms", str(WAIT_MS),
+                                 "--redis-timeout", "2"]).start()
         check(poll_until(lambda: metric(s, "wspush_bus_up") == 1 and readyz(s) == 200, scaled(20)),
               "the node did not come up on the bus\n" + s.log_tail())
         f = Findings()

@@ -62,7 +62,7 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK(parse({"--tls-cert", "a.pem", "--tls-key", "k.pem"}).tls_cert == "a.pem");
   // Durable publishes: Redis replicas only, and a wait the stall check does not take for a stall.
   CHECK_THROWS_WITH(parse({"--redis-wait-replicas", "1"}), Catch::Contains("--bus=redis://"));
-  CHECK_THROWS_WITH(parse({"--bus", "redis://127.0.0.1:6379", "--redis-wait-replicas", "1", "--redis-wait-ms", "3000"}),
+  CHECK_THROWS_WITH(parse({"--bus", "redis://127.0.0.1:6379", "--redis-wait-replicas", "1", "--redis-wait-ms", "1500"}),
                     Catch::Contains("--redis-timeout"));
   // Redis credentials and TLS: for a Redis bus, an ACL user needs a password, files go in pairs.
   CHECK_THROWS_WITH(parse({"--bus", "redis://app@127.0.0.1:6379"}), Catch::Contains("needs a password"));

@@ -80,6 +80,9 @@ TEST_CASE("bus: redis-sentinel:// names the Sentinels and the master's name") {
   CHECK(s.targets[0].password == "pw");
   CHECK(s.targets[0].host.empty());
   CHECK(parse_bus_spec("rediss-sentinel://h:1/m").targets[0].tls);
+  CHECK(parse_bus_spec("redis-sentinel://[::1]/m").sentinels[0].port == 26379);
+  CHECK(parse_bus_spec("redis-sentinel://h:1/name@with@ats").master_name == "name@with@ats");
+  CHECK(parse_bus_spec("redis-sentinel://:p%2Fw@h:1/m").targets[0].password == "p/w");
   CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel://h:26379"), Catch::Contains("MASTER_NAME"));
   CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel://h:26379/"), Catch::Contains("MASTER_NAME"));
   CHECK_THROWS_WITH(parse_bus_spec("redis-sentinel:///m"), Catch::Contains("at least one Sentinel"));
