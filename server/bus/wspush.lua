@@ -2,8 +2,10 @@
 -- wspush's Redis functions (Redis 7). Every node loads this library when it connects
 -- (FUNCTION LOAD REPLACE); a backend that publishes without wspush calls the same function:
 --
---   FCALL wspush_publish 0 <topic> <data>      -> "<epoch>:<stream id>"
+--   FCALL wspush_publish 0 <topic> <data> [<idempotency key>]  -> "<epoch>:<stream id>"
 --
+-- With an idempotency key (1-128 bytes of printable ASCII) a publish whose key was published
+-- on the same topic within the window answers that publish's id and publishes nothing.
 -- <data> must be one JSON value (it is checked here and refused otherwise). docs/REDIS.md
 -- describes the keys and the channel.
 --
@@ -29,6 +31,10 @@
 --                         sweep (below) deletes it once its last publish is 2 * ttl_ms old
 --   wspush:sweep          hash: cursor (the sweep's SCAN cursor), at (when its last step ran),
 --                         pass (passes over the keyspace done)
+--   wspush:idem:<topic>   hash: idempotency key -> the id its publish got
+--   wspush:idemt:<topic>  sorted set: idempotency key -> the ms it was published at; both keys
+--                         expire idem_ms (wspush:config, the nodes' --idempotency-window)
+--                         after the topic's last keyed publish, and hold at most idem_cap keys
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -37,8 +43,8 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Under Redis Cluster: {maxlen, ttl_ms, max_event_bytes}, written here by the node that loads
--- the library (the line below, replaced as a whole).
+-- Under Redis Cluster: {maxlen, ttl_ms, max_event_bytes, idem_ms}, written here by the node
+-- that loads the library (the line below, replaced as a whole).
 local cluster_config = nil -- @cluster_config@
 
 -- Where a call's keys are, from the keys it declares: 'wspush:' (none: one Redis, or an
@@ -172,11 +178,69 @@ local function context(p)
           expire = p ~= 'wspush:' and ttl > 0 and tostring(2 * ttl) or nil}
 end
 
+-- ---- idempotency keys ----------------------------------------------------------------------
+-- A publish may carry a key (a backend's retry of the same publish carries the same one). Per
+-- topic, in the topic's slot: a hash 'idem:<topic>' key -> id, and a sorted set 'idemt:<topic>'
+-- key -> the ms it was published at (the order to forget them in). A key is remembered for the
+-- window (idem_ms) after its publish, and a topic remembers at most idem_cap keys: each keyed
+-- publish forgets up to two of the oldest that are out of the window or over the cap, and both
+-- keys expire idem_ms after the topic's last keyed publish, so an idle topic's go whole. A
+-- publish without a key touches none of this.
+local idem_cap = 10000
+local idem_default_ms = 300000
+
+-- 1-128 bytes of printable ASCII (space to ~), as the nodes check.
+local function valid_idem_key(k)
+  return type(k) == 'string' and #k >= 1 and #k <= 128 and not string.find(k, '[^ -~]')
+end
+
+-- The window a backend's wspush_publish uses: the nodes' (wspush:config idem_ms, written by
+-- their keyed batches), else the default. Under Redis Cluster the library's own.
+local function idem_window(p)
+  if p ~= 'wspush:' then return (cluster_config or {})[4] or idem_default_ms end
+  return tonumber(redis.call('HGET', 'wspush:config', 'idem_ms')) or idem_default_ms
+end
+
+-- The id the key's publish got on this topic within the window, or nil.
+local function idem_seen(x, topic, key)
+  local id = redis.call('HGET', x.space .. 'idem:' .. topic, key)
+  if not id then return nil end
+  local ms = redis.call('ZSCORE', x.space .. 'idemt:' .. topic, key)
+  if ms and tonumber(ms) >= x.now - x.idem_ms then return id end
+  return nil
+end
+
+local function idem_remember(x, topic, key, id)
+  local h, z = x.space .. 'idem:' .. topic, x.space .. 'idemt:' .. topic
+  local n = redis.call('ZCARD', z)
+  local old = redis.call('ZRANGE', z, 0, 1, 'WITHSCORES')
+  for i = 1, #old, 2 do
+    if n >= idem_cap or tonumber(old[i + 1]) < x.now - x.idem_ms then
+      redis.call('ZREM', z, old[i])
+      redis.call('HDEL', h, old[i])
+      n = n - 1
+    end
+  end
+  redis.call('HSET', h, key, id)
+  redis.call('ZADD', z, x.now_s, key)
+  redis.call('PEXPIRE', h, x.idem_s)
+  redis.call('PEXPIRE', z, x.idem_s)
+end
+
+-- Sets the window (ms) and the time the keys are stamped with into a call's context.
+local function idem_context(x, window)
+  x.idem_ms = window
+  x.idem_s = string.format('%.0f', window)
+  x.now = tonumber(x.t[1]) * 1000 + math.floor(tonumber(x.t[2]) / 1000)
+  x.now_s = string.format('%.0f', x.now)
+end
+
 -- One publish; `checked`: its topic and data were checked already (a node's). Returns its id
--- (or an error reply) and whether it created the stream.
+-- (or an error reply) and whether it created the stream. `ikey`: its idempotency key (nil:
+-- none; x holds the window, idem_context).
 -- The history is bounded by count here (MAXLEN); by age, wspush_replay returns nothing older
 -- than ttl_ms, and the sweep deletes the key 2 * ttl_ms after its last publish or later.
-local function publish_one(topic, data, x, checked)
+local function publish_one(topic, data, x, checked, ikey)
   -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
   if type(topic) ~= 'string' or type(data) ~= 'string' then return redis.error_reply('ERR wspush: bad arguments'), false end
   if #data > x.max_bytes then
@@ -188,6 +252,10 @@ local function publish_one(topic, data, x, checked)
   end
   local stream = x.space .. 'stream:' .. topic
   if x.key and x.key ~= stream then return redis.error_reply('ERR wspush: the key is not the topic\'s stream'), false end
+  if ikey then
+    local seen = idem_seen(x, topic, ikey)
+    if seen then return seen, false end  -- published within the window: its id, nothing more
+  end
   -- A stream that exists takes the entry (one command); only a new one needs its first id.
   local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', x.maxlen, '*', 'd', data)
   local created = not id
@@ -199,6 +267,7 @@ local function publish_one(topic, data, x, checked)
   else
     redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
   end
+  if ikey then idem_remember(x, topic, ikey, full) end
   return full, created
 end
 
@@ -207,7 +276,14 @@ local function publish(keys, args)
   if not p then return redis.error_reply('ERR wspush: the key is not a wspush stream (docs/REDIS.md)') end
   local x = context(p)
   x.key = keys[1]
-  local out, created = publish_one(args[1], args[2], x, false)
+  local ikey = args[3]
+  if ikey ~= nil then
+    if not valid_idem_key(ikey) then
+      return redis.error_reply('ERR wspush: an idempotency key is 1-128 bytes of printable ASCII')
+    end
+    idem_context(x, idem_window(p))
+  end
+  local out, created = publish_one(args[1], args[2], x, false, ikey)
   if created then wait_past(x.t) end
   return out
 end
@@ -219,17 +295,25 @@ end
 --   checks what it receives): a backend publishes with wspush_publish.
 -- Under Redis Cluster: FCALL wspush_publish_batch <n> <stream key> ... <topic> <data> ..., a
 --   stream key per pair, all of one slot.
-local function publish_batch(keys, args)
-  if #args == 0 or #args % 2 ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
+-- FCALL wspush_publish_keyed 0 <window ms> <topic> <data> <key> [<topic> <data> <key> ...]
+--   the same with an idempotency key per publish ('': none; the node checked the others), and
+--   the node's --idempotency-window, which it makes the one backends' publishes use
+--   (wspush:config idem_ms). A new name, not a new shape of wspush_publish_batch: a node of the
+--   previous version goes on calling that one with pairs during a rolling upgrade.
+local function batch(keys, args, first, stride, window)
+  local n = #args - first + 1
+  if n <= 0 or n % stride ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
   local p = space(keys, 'stream:')
-  if not p or (#keys > 0 and #keys * 2 ~= #args) then
+  if not p or (#keys > 0 and #keys * stride ~= n) then
     return redis.error_reply('ERR wspush: a stream key per topic and data pair expected')
   end
   local x = context(p)
+  if window then idem_context(x, window) end
   local out, any = {}, false
-  for i = 1, #args, 2 do
-    x.key = keys[(i + 1) / 2]
-    local r, created = publish_one(args[i], args[i + 1], x, true)
+  for i = first, #args, stride do
+    x.key = keys[(i - first) / stride + 1]
+    local ikey = stride == 3 and args[i + 2] ~= '' and args[i + 2] or nil
+    local r, created = publish_one(args[i], args[i + 1], x, true, ikey)
     out[#out + 1] = r
     any = any or created
   end
@@ -237,22 +321,46 @@ local function publish_batch(keys, args)
   return out
 end
 
+local function publish_batch(keys, args) return batch(keys, args, 1, 2, nil) end
+
+-- The node's window, checked, and written where backends' publishes read it (one Redis, or an
+-- isolated shard: under Redis Cluster the library carries it).
+local function node_window(keys, w)
+  local window = tonumber(w)
+  if not window or window < 1 or window ~= math.floor(window) then return nil end
+  if #keys == 0 and tonumber(redis.call('HGET', 'wspush:config', 'idem_ms')) ~= window then
+    redis.call('HSET', 'wspush:config', 'idem_ms', w)
+  end
+  return window
+end
+
+local function publish_keyed(keys, args)
+  local window = node_window(keys, args[1])
+  if not window then return redis.error_reply('ERR wspush: a window in milliseconds expected') end
+  return batch(keys, args, 2, 3, window)
+end
+
 -- Under Redis Cluster, the nodes' own batch over the slots of one master:
 -- FCALL wspush_publish_many 1 <the first stream key> <stream key> <topic> <data> [...]
 --   -> { <an id, or an error>, ... }: one per triple, in order. A triple whose slot this master
 --   does not serve (it moved, or is moving) is answered with an error and not published; the
 --   others are. Each slot's epoch is read once per call.
-local function publish_many(keys, args)
-  if #keys ~= 1 or #args == 0 or #args % 3 ~= 0 then
+-- FCALL wspush_publish_many_keyed 1 <the first stream key> <window ms> <stream key> <topic> <data> <key> [...]
+--   the same with an idempotency key per publish ('': none).
+local function many(keys, args, first, stride, window)
+  local n = #args - first + 1
+  if #keys ~= 1 or n <= 0 or n % stride ~= 0 then
     return redis.error_reply('ERR wspush: one declared key, then stream key, topic and data triples expected')
   end
   local maxlen, ttl, max_bytes = config('wspush:{-}:')
   local t = redis.call('TIME')
   local base = {maxlen = tostring(maxlen), max_bytes = max_bytes, t = t,
                 expire = ttl > 0 and tostring(2 * ttl) or nil}
+  if window then idem_context(base, window) end
   local out, any, epochs, ctx = {}, false, {}, {}
-  for i = 1, #args, 3 do
+  for i = first, #args, stride do
     local key, topic, data = args[i], args[i + 1], args[i + 2]
+    local ikey = stride == 4 and args[i + 3] ~= '' and args[i + 3] or nil
     local p = string.match(key, '^(wspush:{[0-9a-z]+}:)stream:')
     local r, created
     if not p then
@@ -268,8 +376,9 @@ local function publish_many(keys, args)
       end
       if ok then
         local x = {maxlen = base.maxlen, max_bytes = base.max_bytes, t = t, expire = base.expire, prefix = e .. ':',
-                   space = p, key = key}
-        ok, r, created = pcall(publish_one, topic, data, x, true)
+                   space = p, key = key, idem_ms = base.idem_ms, idem_s = base.idem_s, now = base.now,
+                   now_s = base.now_s}
+        ok, r, created = pcall(publish_one, topic, data, x, true, ikey)
       end
       if not ok then r = redis.error_reply('ERR wspush: the slot of ' .. tostring(topic) .. ' is not served here') end
     end
@@ -278,6 +387,14 @@ local function publish_many(keys, args)
   end
   if any then wait_past(t) end
   return out
+end
+
+local function publish_many(keys, args) return many(keys, args, 1, 3, nil) end
+
+local function publish_many_keyed(keys, args)
+  local window = node_window(keys, args[1])
+  if not window then return redis.error_reply('ERR wspush: a window in milliseconds expected') end
+  return many(keys, args, 2, 4, window)
 end
 
 -- FCALL wspush_replay 0 <topic> <since id> [mark]
@@ -403,6 +520,9 @@ end
 redis.register_function{function_name = 'wspush_publish', callback = publish}
 redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch}
 redis.register_function{function_name = 'wspush_publish_many', callback = publish_many, flags = {'allow-cross-slot-keys'}}
+redis.register_function{function_name = 'wspush_publish_keyed', callback = publish_keyed}
+redis.register_function{function_name = 'wspush_publish_many_keyed', callback = publish_many_keyed,
+                        flags = {'allow-cross-slot-keys'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-writes'}}
 
 -- The sweep. A stream has no TTL: one would cost every publish a PEXPIRE, and every lookup of
