@@ -209,8 +209,9 @@ const std::vector<option>& options() {
       {"idempotency-window", "SECONDS",
        "a publish (admin API, batch line, client pub) carrying an idempotency_key already published on its topic "
        "within this is not published again: it is answered with the first one's id. With --bus=redis://... the "
-       "keys live in Redis (every node, and backends' FCALL, see the same), at most 10000 per topic; embedded, at "
-       "most 131072 in the process (past either the oldest go first)",
+       "keys live in Redis (every node, and backends' FCALL, see the same; give every node the same window), at "
+       "most 10000 per topic and window (past them a publish is not remembered); embedded, at most 131072 in the "
+       "process (past them the oldest are forgotten)",
        SECS("idempotency-window", idempotency_window)},
       {"history-max-bytes", "N", "memory cap of the whole history (its blocks and bookkeeping as held in the heap); past it the oldest events go first",
        [](const config& c) { return std::to_string(c.history_max_bytes); },

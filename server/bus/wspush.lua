@@ -23,7 +23,8 @@
 --   wspush:epoch          a random tag made when missing: the data of this Redis (a restart
 --                         that lost it makes a new one, and older ids are known to be lost)
 --   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
---                         max_event_bytes (the largest data wspush_publish takes), written by
+--                         max_event_bytes (the largest data wspush_publish takes), idem_ms
+--                         (the idempotency window, written by the nodes' keyed batches), written by
 --                         the nodes from --history-size, --history-ttl and the larger of
 --                         --max-body-bytes and --max-message-bytes (nodes sharing a Redis
 --                         agree on them: the last one set up wins)
@@ -31,10 +32,9 @@
 --                         sweep (below) deletes it once its last publish is 2 * ttl_ms old
 --   wspush:sweep          hash: cursor (the sweep's SCAN cursor), at (when its last step ran),
 --                         pass (passes over the keyspace done)
---   wspush:idem:<topic>   hash: idempotency key -> the id its publish got
---   wspush:idemt:<topic>  sorted set: idempotency key -> the ms it was published at; both keys
---                         expire idem_ms (wspush:config, the nodes' --idempotency-window)
---                         after the topic's last keyed publish, and hold at most idem_cap keys
+--   wspush:idem:<g>:<topic>  hash: idempotency key -> "<ms> <id>" of the keys published in
+--                         generation g = floor(ms / idem_ms) (wspush:config idem_ms, the nodes'
+--                         --idempotency-window); it expires at the end of generation g + 1
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -57,13 +57,15 @@ local function space(keys, what)
   return p
 end
 
+-- maxlen, ttl_ms, max_event_bytes and idem_ms (the idempotency window: the nodes' keyed
+-- batches write it; 300 s until one has).
 local function config(p)
   if p ~= 'wspush:' then
     local c = cluster_config or {}
-    return c[1] or 100, c[2] or 300000, c[3] or 1048576
+    return c[1] or 100, c[2] or 300000, c[3] or 1048576, c[4] or 300000
   end
-  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms', 'max_event_bytes')
-  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
+  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms', 'max_event_bytes', 'idem_ms')
+  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576, tonumber(c[4]) or 300000
 end
 
 -- Under Redis Cluster: this master's replication ids (INFO replication), read once per call
@@ -172,20 +174,22 @@ end
 -- and the arguments every publish passes as strings (a number given to redis.call is formatted
 -- each time it is passed).
 local function context(p)
-  local maxlen, ttl, max_bytes = config(p)
+  local maxlen, ttl, max_bytes, idem_ms = config(p)
   local t = redis.call('TIME')
   return {maxlen = tostring(maxlen), max_bytes = max_bytes, prefix = epoch(p) .. ':', t = t, space = p,
-          expire = p ~= 'wspush:' and ttl > 0 and tostring(2 * ttl) or nil}
+          expire = p ~= 'wspush:' and ttl > 0 and tostring(2 * ttl) or nil, config_idem_ms = idem_ms}
 end
 
 -- ---- idempotency keys ----------------------------------------------------------------------
--- A publish may carry a key (a backend's retry of the same publish carries the same one). Per
--- topic, in the topic's slot: a hash 'idem:<topic>' key -> id, and a sorted set 'idemt:<topic>'
--- key -> the ms it was published at (the order to forget them in). A key is remembered for the
--- window (idem_ms) after its publish, and a topic remembers at most idem_cap keys: each keyed
--- publish forgets up to two of the oldest that are out of the window or over the cap, and both
--- keys expire idem_ms after the topic's last keyed publish, so an idle topic's go whole. A
--- publish without a key touches none of this.
+-- A publish may carry a key (a backend's retry of the same publish carries the same one). Keys
+-- are remembered per topic, in the topic's slot, in generations of one window: generation g
+-- (g = floor(ms / window)) is a hash 'idem:<g>:<topic>', key -> "<ms> <id>", which expires at
+-- the end of generation g + 1. A publish looks its key up in the current generation, then the
+-- one before, and takes it as seen when it was published less than a window ago: so a key is
+-- remembered for exactly the window, whichever generation holds it, and a topic's keys leave
+-- with their generation, at most two windows after their publish. A generation holds at most
+-- idem_cap keys: past them a publish is not remembered (its retry may publish twice). A publish
+-- without a key touches none of this. (Few calls on purpose: each redis.call is the cost.)
 local idem_cap = 10000
 local idem_default_ms = 300000
 
@@ -194,45 +198,33 @@ local function valid_idem_key(k)
   return type(k) == 'string' and #k >= 1 and #k <= 128 and not string.find(k, '[^ -~]')
 end
 
--- The window a backend's wspush_publish uses: the nodes' (wspush:config idem_ms, written by
--- their keyed batches), else the default. Under Redis Cluster the library's own.
-local function idem_window(p)
-  if p ~= 'wspush:' then return (cluster_config or {})[4] or idem_default_ms end
-  return tonumber(redis.call('HGET', 'wspush:config', 'idem_ms')) or idem_default_ms
-end
-
 -- The id the key's publish got on this topic within the window, or nil.
 local function idem_seen(x, topic, key)
-  local id = redis.call('HGET', x.space .. 'idem:' .. topic, key)
-  if not id then return nil end
-  local ms = redis.call('ZSCORE', x.space .. 'idemt:' .. topic, key)
-  if ms and tonumber(ms) >= x.now - x.idem_ms then return id end
+  local v = redis.call('HGET', x.idem_cur .. topic, key) or redis.call('HGET', x.idem_prev .. topic, key)
+  if not v then return nil end
+  local ms, id = string.match(v, '^(%d+) (.+)$')
+  if ms and x.now - tonumber(ms) < x.idem_ms then return id end
   return nil
 end
 
 local function idem_remember(x, topic, key, id)
-  local h, z = x.space .. 'idem:' .. topic, x.space .. 'idemt:' .. topic
-  local n = redis.call('ZCARD', z)
-  local old = redis.call('ZRANGE', z, 0, 1, 'WITHSCORES')
-  for i = 1, #old, 2 do
-    if n >= idem_cap or tonumber(old[i + 1]) < x.now - x.idem_ms then
-      redis.call('ZREM', z, old[i])
-      redis.call('HDEL', h, old[i])
-      n = n - 1
-    end
-  end
-  redis.call('HSET', h, key, id)
-  redis.call('ZADD', z, x.now_s, key)
-  redis.call('PEXPIRE', h, x.idem_s)
-  redis.call('PEXPIRE', z, x.idem_s)
+  local h = x.idem_cur .. topic
+  local n = redis.call('HLEN', h)
+  if n >= idem_cap then return end
+  redis.call('HSET', h, key, x.now_s .. ' ' .. id)
+  if n == 0 then redis.call('PEXPIREAT', h, x.idem_end) end  -- made now: it goes with its generation
 end
 
--- Sets the window (ms) and the time the keys are stamped with into a call's context.
+-- Sets the window (ms), the time keys are stamped with and the generations' names into a
+-- call's context.
 local function idem_context(x, window)
   x.idem_ms = window
-  x.idem_s = string.format('%.0f', window)
   x.now = tonumber(x.t[1]) * 1000 + math.floor(tonumber(x.t[2]) / 1000)
   x.now_s = string.format('%.0f', x.now)
+  local g = math.floor(x.now / window)
+  x.idem_cur = x.space .. 'idem:' .. string.format('%.0f', g) .. ':'
+  x.idem_prev = x.space .. 'idem:' .. string.format('%.0f', g - 1) .. ':'
+  x.idem_end = string.format('%.0f', (g + 2) * window)
 end
 
 -- One publish; `checked`: its topic and data were checked already (a node's). Returns its id
@@ -281,7 +273,7 @@ local function publish(keys, args)
     if not valid_idem_key(ikey) then
       return redis.error_reply('ERR wspush: an idempotency key is 1-128 bytes of printable ASCII')
     end
-    idem_context(x, idem_window(p))
+    idem_context(x, x.config_idem_ms)
   end
   local out, created = publish_one(args[1], args[2], x, false, ikey)
   if created then wait_past(x.t) end
@@ -308,7 +300,12 @@ local function batch(keys, args, first, stride, window)
     return redis.error_reply('ERR wspush: a stream key per topic and data pair expected')
   end
   local x = context(p)
-  if window then idem_context(x, window) end
+  if window then
+    idem_context(x, window)
+    -- Where backends' publishes read it (one Redis, an isolated shard: under Redis Cluster the
+    -- library carries it). Unset reads as the default: nothing to write for a node of it.
+    if p == 'wspush:' and x.config_idem_ms ~= window then redis.call('HSET', 'wspush:config', 'idem_ms', tostring(window)) end
+  end
   local out, any = {}, false
   for i = first, #args, stride do
     x.key = keys[(i - first) / stride + 1]
@@ -323,19 +320,15 @@ end
 
 local function publish_batch(keys, args) return batch(keys, args, 1, 2, nil) end
 
--- The node's window, checked, and written where backends' publishes read it (one Redis, or an
--- isolated shard: under Redis Cluster the library carries it).
-local function node_window(keys, w)
+-- The node's window (ms), or nil.
+local function node_window(w)
   local window = tonumber(w)
   if not window or window < 1 or window ~= math.floor(window) then return nil end
-  if #keys == 0 and tonumber(redis.call('HGET', 'wspush:config', 'idem_ms')) ~= window then
-    redis.call('HSET', 'wspush:config', 'idem_ms', w)
-  end
   return window
 end
 
 local function publish_keyed(keys, args)
-  local window = node_window(keys, args[1])
+  local window = node_window(args[1])
   if not window then return redis.error_reply('ERR wspush: a window in milliseconds expected') end
   return batch(keys, args, 2, 3, window)
 end
@@ -356,7 +349,6 @@ local function many(keys, args, first, stride, window)
   local t = redis.call('TIME')
   local base = {maxlen = tostring(maxlen), max_bytes = max_bytes, t = t,
                 expire = ttl > 0 and tostring(2 * ttl) or nil}
-  if window then idem_context(base, window) end
   local out, any, epochs, ctx = {}, false, {}, {}
   for i = first, #args, stride do
     local key, topic, data = args[i], args[i + 1], args[i + 2]
@@ -376,8 +368,8 @@ local function many(keys, args, first, stride, window)
       end
       if ok then
         local x = {maxlen = base.maxlen, max_bytes = base.max_bytes, t = t, expire = base.expire, prefix = e .. ':',
-                   space = p, key = key, idem_ms = base.idem_ms, idem_s = base.idem_s, now = base.now,
-                   now_s = base.now_s}
+                   space = p, key = key}
+        if ikey then idem_context(x, window) end
         ok, r, created = pcall(publish_one, topic, data, x, true, ikey)
       end
       if not ok then r = redis.error_reply('ERR wspush: the slot of ' .. tostring(topic) .. ' is not served here') end
@@ -392,7 +384,7 @@ end
 local function publish_many(keys, args) return many(keys, args, 1, 3, nil) end
 
 local function publish_many_keyed(keys, args)
-  local window = node_window(keys, args[1])
+  local window = node_window(args[1])
   if not window then return redis.error_reply('ERR wspush: a window in milliseconds expected') end
   return many(keys, args, 2, 4, window)
 end

@@ -55,7 +55,7 @@ struct history_options {
   std::uint64_t idempotency_window_ns = 300'000'000'000ull;
   /// Idempotency keys remembered in all, split evenly over the parts: past a part's share its
   /// oldest key is forgotten first (each costs about 170 bytes with a 36-byte key, at most
-  /// about 420 with the longest topic and key).
+  /// about 380 with the longest topic and key).
   std::uint32_t idempotency_keys = 1u << 17;
   std::string epoch;                            ///< empty: random; tests fix it
 };
