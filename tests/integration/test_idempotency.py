@@ -2,7 +2,8 @@
 """Idempotency keys on the embedded bus: the real binary, Python `websockets` clients, the admin API
 over real sockets.
 
-- the same key twice on a topic (admin /publish): both answered 200 with one id, one event;
+- the same key twice on a topic (admin /publish): both answered 200 with one id, one event, and
+  counted in wspush_idempotent_duplicates_total;
 - the same key on another topic: an event of its own;
 - a key of 129 bytes: 400 naming idempotency_key (128 is taken); so is an empty one;
 - /publish/batch: each line's key, a line repeating an earlier publish's key gets its id;
@@ -19,8 +20,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, poll_until, publish_ok,  # noqa: E402
-                         recv_json, run_main, scaled, subscribe)
+from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
+                         publish_ok, recv_json, run_main, scaled, subscribe)
 
 WINDOW = 2  # seconds: the last step waits it out
 
@@ -66,11 +67,14 @@ async def admin_same_key(s: ServerProcess) -> None:
     w = await connect(s)
     try:
         await subscribe(w, ["idem:a", "idem:b"])
+        dups = metric(s, "wspush_idempotent_duplicates_total")
         st1, b1 = publish_key(s, "idem:a", {"n": 1}, "order-17")
         st2, b2 = publish_key(s, "idem:a", {"n": 1}, "order-17")
         check(st1 == 200 and st2 == 200 and b1.get("id") and b1 == b2,
               f"the same key twice: {st1} {b1} then {st2} {b2}: want 200 and one id twice")
         got = await expect_events(w, "idem:a", [{"n": 1}], "after-a")
+        check(metric(s, "wspush_idempotent_duplicates_total") == dups + 1, "the duplicate was not counted")
+        check(metric(s, "wspush_idempotency_keys") >= 1, "wspush_idempotency_keys counts no key")
         check(got[0]["id"] == b1["id"], f"the event's id {got[0]['id']} is not the answer's {b1['id']}")
         st3, b3 = publish_key(s, "idem:b", {"n": 1}, "order-17")
         check(st3 == 200 and b3.get("id"), f"the key on another topic: {st3} {b3}")
