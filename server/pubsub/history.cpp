@@ -317,6 +317,19 @@ void forget_keys(history_part& p, std::uint64_t window_ns, std::uint64_t now_ns,
   if (p.idem.empty()) idem_map().swap(p.idem);  // a burst leaves no buckets behind
 }
 
+/// Whether `key` was published on `topic` within the window (then `seq` is that publish's),
+/// having forgotten the keys out of it first.
+bool seen_key(history_part& p, std::string_view topic, std::string_view key, std::uint64_t window_ns,
+              std::uint64_t now_ns, std::size_t cap, std::uint64_t& seq) noexcept {
+  forget_keys(p, window_ns, now_ns, cap);
+  const auto it = p.idem.find(idem_view{topic, key});
+  if (it == p.idem.end()) return false;
+  const std::uint64_t t = it->second.time_ns;
+  if (now_ns > t && now_ns - t >= window_ns) return false;  // published again after its window
+  seq = it->second.seq;
+  return true;
+}
+
 /// Remembers `key` of `topic` as published with `seq` now. Out of memory: not remembered (a
 /// retry may publish twice), the publish stands.
 void remember_key(history_part& p, std::string_view topic, std::string_view key, std::uint64_t seq,
@@ -390,18 +403,12 @@ append_result history::append_impl(std::string_view topic, std::uint64_t now_ns,
   history_part& p = _parts[r.part];
   {
     std::lock_guard lock(p.mu);
-    if (!idempotency_key.empty()) {
-      // Under the part's lock: two publishes of one key, from any threads, append once.
-      forget_keys(p, _o.idempotency_window_ns, now_ns, _idem_per_part);
-      if (auto it = p.idem.find(detail::idem_view{topic, idempotency_key}); it != p.idem.end()) {
-        const std::uint64_t t = it->second.time_ns;
-        if (!(now_ns > t && now_ns - t >= _o.idempotency_window_ns)) {
-          ++p.n.duplicates;
-          r.ok = r.duplicate = true;
-          r.seq = it->second.seq;
-          return r;
-        }
-      }
+    // Under the part's lock: two publishes of one key, from any threads, append once.
+    if (!idempotency_key.empty() &&
+        seen_key(p, topic, idempotency_key, _o.idempotency_window_ns, now_ns, _idem_per_part, r.seq)) {
+      ++p.n.duplicates;
+      r.ok = r.duplicate = true;
+      return r;
     }
     history_id id = format_id(p.seq + 1);
     pool::frame_ref frame = make(ctx, id.view(), p.seq + 1);
