@@ -14,6 +14,8 @@
   once, in order, and the topic's stream holds each once; a retry through the restarted node of
   a key published before the kill answers the first id;
 - a key of 129 bytes: 400 naming idempotency_key, and the function refuses it too;
+- a library of the previous version loaded (no wspush_publish_keyed): publishes without a key go
+  on, a keyed one is refused 503 and the node loads its library again; the retry publishes once;
 - what Redis keeps: per topic a hash per generation of the window, expiring at the end of the
   next one, at most 10,000 keys each (past them a publish is not remembered).
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
@@ -32,8 +34,8 @@ import redis
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsp_bus import connect, node  # noqa: E402
 from wsp_redis import RedisServer  # noqa: E402
-from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, publish_ok, recv_json,  # noqa: E402
-                         run_main, scaled, subscribe)
+from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, poll_until, publish_ok,  # noqa: E402
+                         recv_json, run_main, scaled, subscribe)
 
 WINDOW = 120  # seconds (--idempotency-window)
 
@@ -131,14 +133,46 @@ async def client_pub(a: ServerProcess, b: ServerProcess) -> None:
         msg = json.dumps({"op": "pub", "topic": topic, "data": {"order": 7}, "idempotency_key": "pub-7"})
         await pub.send(msg)
         await pub.send(msg)
-        got = await until_sentinel(sub, b, topic, "after-pubs")
-        check([e["data"] for e in got] == [{"order": 7}], f"a pub sent twice with its key: {got}")
+        # The sentinel on the same connection: handled, and published, after both (a pub is
+        # answered only when it fails, so nothing else says they are done).
+        await pub.send(json.dumps({"op": "pub", "topic": topic, "data": "after-pubs"}))
+        got = []
+        while not got or got[-1]["data"] != "after-pubs":
+            got.append(await recv_json(sub))
+        check([e["data"] for e in got] == [{"order": 7}, "after-pubs"], f"a pub sent twice with its key: {got}")
         check(publish_key_ok(b, topic, {"order": 7}, "pub-7") == got[0]["id"], "the key through the other node's API")
         check(await until_sentinel(sub, b, topic, "after-admin") == [], "the admin retry of a pub's key published")
         await subscribe(pub, ["idem:other"])  # no error answered either pub: the sub's answer is next
     finally:
         await sub.close()
         await pub.close()
+
+
+async def older_library(a: ServerProcess, r: redis.Redis) -> None:
+    """A node of the previous version loads its functions (as every node does when it connects):
+    one without wspush_publish_keyed. A publish without a key still goes (the old functions did
+    not change); a keyed one is refused 503 (it did not run), the node loads its own library
+    again, and the retry with the key publishes it, once."""
+    topic = "idem:upgrade"
+    lua = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "server", "bus", "wspush.lua")).read()
+    older = "\n".join(line for line in lua.splitlines() if "'wspush_publish_keyed'" not in line)
+    check(older != lua, "the library has no wspush_publish_keyed to take out")
+    r.function_load(older, replace=True)
+    has_keyed = lambda: "wspush_publish_keyed" in str(r.function_list())  # noqa: E731
+    check(not has_keyed(), "the older library still has wspush_publish_keyed")
+    w = await connect(a)
+    try:
+        await subscribe(w, [topic])
+        plain = publish_ok(a, topic, "plain")
+        status, body = publish_key(a, topic, "keyed", "up-1")
+        check(status == 503, f"a keyed publish Redis had no function for was answered {status} {body}")
+        check(poll_until(has_keyed, scaled(10)), "the node did not load its functions again")
+        eid = publish_key_ok(a, topic, "keyed", "up-1")
+        check(publish_key_ok(a, topic, "keyed", "up-1") == eid, "the retry after the reload published again")
+        got = await until_sentinel(w, a, topic, "after-upgrade")
+        check([(e["id"], e["data"]) for e in got] == [(plain, "plain"), (eid, "keyed")], f"events: {got}")
+    finally:
+        await w.close()
 
 
 class Publisher(threading.Thread):
@@ -255,6 +289,8 @@ def main(args) -> None:
         f.step("the old shapes of the functions still publish", lambda: asyncio.run(old_shapes(nodes[0], r)))
         f.step("a client's pub with a key, sent twice", lambda: asyncio.run(client_pub(nodes[0], nodes[1])))
         f.step("what Redis keeps, and its bounds", lambda: what_redis_keeps(r))
+        f.step("a library of the previous version: keyed publishes refused, then the node's again",
+               lambda: asyncio.run(older_library(nodes[0], r)))
         f.step("a publisher retrying through a node restart: each event once",
                lambda: asyncio.run(node_restart(args, nodes, rs, r, extra)))
         for s in nodes:
