@@ -245,7 +245,7 @@ bool redis_bus::readable_since(std::string_view id) const noexcept {
 bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data,
                         std::string_view idempotency_key) noexcept {
   if (!up_for(topic)) return false;
-  const std::size_t bytes = topic.size() + data.size();
+  const std::size_t bytes = topic.size() + data.size() + idempotency_key.size();
   if (_pub_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > _o.max_pub_bytes) {
     _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     _n.pubs_refused.add();  // shard threads: a relaxed add may lose a count between two; it is a gauge of trouble

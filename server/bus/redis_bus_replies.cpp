@@ -76,7 +76,7 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
         b.client = r.kind == request::client_pub;
         b.shard = r.shard;
         b.tag = r.tag;
-        b.bytes = r.topic.size() + r.data.size();
+        b.bytes = r.topic.size() + r.data.size() + r.key.size();  // what publish() counted
         b.w = r.w;
       }
       sent = command(in, _argv, o);  // deletes o if it was not sent
@@ -105,7 +105,7 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
 void redis_bus::publish_refused(request& r) noexcept {
   if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
   if (r.kind == request::client_pub) {
-    pub_answered(r.topic.size() + r.data.size());
+    pub_answered(r.topic.size() + r.data.size() + r.key.size());
     pub_failed(r.shard, r.tag, r.topic);
   }
 }
