@@ -54,7 +54,7 @@ struct history_options {
   /// this recently is not published again (append() answers the first one's seq).
   std::uint64_t idempotency_window_ns = 300'000'000'000ull;
   /// Idempotency keys remembered in all, split evenly over the parts: past a part's share its
-  /// oldest key is forgotten first (each costs about 170 bytes with a 36-byte key, at most
+  /// oldest key is forgotten first (each costs 143-156 bytes measured with a 36-byte key, at most
   /// about 380 with the longest topic and key).
   std::uint32_t idempotency_keys = 1u << 17;
   std::string epoch;                            ///< empty: random; tests fix it
