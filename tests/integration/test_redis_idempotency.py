@@ -9,6 +9,8 @@
   previous version calls it) still publish;
 - a client's `pub` with a key, sent twice, and the same key through the other node's admin API:
   delivered once;
+- a node that dies with a publish sent to a stopped Redis: Redis runs it once it goes on, and the
+  publisher's retry through the other node answers that event's id and publishes nothing;
 - a publisher that retries every 503, 504 and broken connection with its key while one node is
   killed (SIGKILL) and started again: the subscriber on the other node gets each event exactly
   once, in order, and the topic's stream holds each once; a retry through the restarted node of
@@ -21,8 +23,11 @@
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
+import http.client
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -175,6 +180,54 @@ async def older_library(a: ServerProcess, r: redis.Redis) -> None:
         await w.close()
 
 
+def redis_queued_from(rs: RedisServer, pid: int) -> int:
+    """Bytes Redis has not read yet (it is stopped) on its connections from process `pid`."""
+    ours = subprocess.run(["ss", "-Htnp", "state", "established", f"dport = :{rs.port}"],
+                          capture_output=True, text=True).stdout
+    ports = {line.split()[2].rsplit(":", 1)[1] for line in ours.splitlines() if f"pid={pid}," in line}
+    theirs = subprocess.run(["ss", "-Htn", "state", "established", f"sport = :{rs.port}"],
+                            capture_output=True, text=True).stdout
+    return sum(int(line.split()[0]) for line in theirs.splitlines() if line.split()[3].rsplit(":", 1)[1] in ports)
+
+
+async def died_after_sending(args, nodes: list, rs: RedisServer, extra) -> None:
+    """The case a key is for: a node sends a publish to Redis and dies before Redis answers (Redis
+    stopped meanwhile, so the publish waits in its socket). Redis runs it once it goes on; the
+    publisher, whose connection broke, retries through the other node with the key: the id of
+    the event that was published, and nothing more."""
+    topic, data = "idem:died", "x" * 4000  # long enough to tell it in Redis's socket queue
+    a, b = nodes
+    w = await connect(b)
+    try:
+        await subscribe(w, [topic])
+        answers = []
+        os.kill(rs.proc.pid, signal.SIGSTOP)
+        try:
+            def send() -> None:
+                try:
+                    answers.append(publish_key(a, topic, data, "died-1"))
+                except (OSError, http.client.HTTPException) as exc:  # the node died under it
+                    answers.append((0, {"broken": str(exc)}))
+            t = threading.Thread(target=send)
+            t.start()
+            check(poll_until(lambda: redis_queued_from(rs, a.proc.pid) >= len(data), scaled(10)),
+                  "the node did not send the publish to Redis")
+            a.kill()
+        finally:
+            os.kill(rs.proc.pid, signal.SIGCONT)
+        t.join(scaled(15))
+        check(not answers or answers[0][0] != 200, f"the publisher was answered {answers} by a node that died")
+        e = await recv_json(w)
+        check(e.get("data") == data, f"what the dead node's publish became: {e}")
+        retry = publish_key_ok(b, topic, data, "died-1")
+        check(retry == e["id"], f"the retry through the other node answered {retry}, the event was {e['id']}")
+        check(await until_sentinel(w, b, topic, "after-died") == [], "the retry published again")
+    finally:
+        await w.close()
+        if not nodes[0].alive():
+            nodes[0] = node(args, rs.url, "the node did not come up again", extra)
+
+
 class Publisher(threading.Thread):
     """Publishes 0..n-1 to `topic`, each with key "r-<i>", through the node `target()` names,
     retrying each 503, 504 and broken connection (with its key) until it is answered 200."""
@@ -291,6 +344,8 @@ def main(args) -> None:
         f.step("what Redis keeps, and its bounds", lambda: what_redis_keeps(r))
         f.step("a library of the previous version: keyed publishes refused, then the node's again",
                lambda: asyncio.run(older_library(nodes[0], r)))
+        f.step("a node dies with a publish sent: Redis runs it, the retry answers its id",
+               lambda: asyncio.run(died_after_sending(args, nodes, rs, extra)))
         f.step("a publisher retrying through a node restart: each event once",
                lambda: asyncio.run(node_restart(args, nodes, rs, r, extra)))
         for s in nodes:
