@@ -9,6 +9,8 @@
   previous version calls it) still publish;
 - a client's `pub` with a key, sent twice, and the same key through the other node's admin API:
   delivered once;
+- a keyed publish answered 504 (Redis stalled, SIGSTOP): Redis runs it when it goes on, and the
+  retry answers that event's id and publishes nothing;
 - a node that dies with a publish sent to a stopped Redis: Redis runs it once it goes on, and the
   publisher's retry through the other node answers that event's id and publishes nothing;
 - a publisher that retries every 503, 504 and broken connection with its key while one node is
@@ -228,6 +230,28 @@ async def died_after_sending(args, nodes: list, rs: RedisServer, extra) -> None:
             nodes[0] = node(args, rs.url, "the node did not come up again", extra)
 
 
+async def answered_504(a: ServerProcess, rs: RedisServer) -> None:
+    """Redis stalls (SIGSTOP) with a keyed publish sent: the node answers 504 after its 5 s wait
+    (it may have been published). Redis goes on and runs it; the retry with the key answers the
+    id of the event that came, and publishes nothing."""
+    topic = "idem:stall"
+    w = await connect(a)
+    try:
+        await subscribe(w, [topic])
+        os.kill(rs.proc.pid, signal.SIGSTOP)
+        try:
+            status, body = publish_key(a, topic, "stalled", "stall-1")
+        finally:
+            os.kill(rs.proc.pid, signal.SIGCONT)
+        check(status == 504 and body.get("error") == "timeout", f"a publish Redis left unanswered: {status} {body}")
+        e = await recv_json(w)
+        check(e.get("data") == "stalled", f"what the unanswered publish became: {e}")
+        check(publish_key_ok(a, topic, "stalled", "stall-1") == e["id"], "the retry of the 504 did not answer its id")
+        check(await until_sentinel(w, a, topic, "after-stall") == [], "the retry of the 504 published again")
+    finally:
+        await w.close()
+
+
 class Publisher(threading.Thread):
     """Publishes 0..n-1 to `topic`, each with key "r-<i>", through the node `target()` names,
     retrying each 503, 504 and broken connection (with its key) until it is answered 200."""
@@ -344,6 +368,8 @@ def main(args) -> None:
         f.step("what Redis keeps, and its bounds", lambda: what_redis_keeps(r))
         f.step("a library of the previous version: keyed publishes refused, then the node's again",
                lambda: asyncio.run(older_library(nodes[0], r)))
+        f.step("504 from a stalled Redis: the retry answers the id of what Redis ran",
+               lambda: asyncio.run(answered_504(nodes[0], rs)))
         f.step("a node dies with a publish sent: Redis runs it, the retry answers its id",
                lambda: asyncio.run(died_after_sending(args, nodes, rs, extra)))
         f.step("a publisher retrying through a node restart: each event once",
