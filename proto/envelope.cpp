@@ -194,7 +194,7 @@ envelope_result read_since(sj::value v, envelope& out) noexcept {
   return k_ok;
 }
 
-enum field_bit : unsigned { f_op = 1, f_topics = 2, f_since = 4, f_topic = 8, f_data = 16, f_token = 32 };
+enum field_bit : unsigned { f_op = 1, f_topics = 2, f_since = 4, f_topic = 8, f_data = 16, f_token = 32, f_key = 64 };
 
 unsigned field_bit_of(std::string_view key) noexcept {
   if (key == "op") return f_op;
@@ -203,6 +203,7 @@ unsigned field_bit_of(std::string_view key) noexcept {
   if (key == "topic") return f_topic;
   if (key == "data") return f_data;
   if (key == "token") return f_token;
+  if (key == "idempotency_key") return f_key;
   return 0;
 }
 
@@ -222,6 +223,13 @@ envelope_result read_field(std::string_view key, sj::value v, sj::document& doc,
       const client_error e = read_string(v, out.token);
       if (e != client_error::none) return as_result(e, bad.message);
       return out.token.empty() || out.token.size() > max_auth_token_bytes ? bad : k_ok;
+    }
+    case f_key: {
+      constexpr envelope_result bad =
+          fail(client_error::bad_request, "idempotency_key must be a string of 1 to 128 bytes of printable ASCII");
+      const client_error e = read_string(v, out.idempotency_key);
+      if (e != client_error::none) return as_result(e, bad.message);
+      return is_valid_idempotency_key(out.idempotency_key) ? k_ok : bad;
     }
     default: break;
   }
@@ -248,13 +256,13 @@ envelope_result check_op(std::string_view op, unsigned seen, envelope& out) noex
   if (op == "auth" || op == "pong") {
     out.op = op == "auth" ? client_op::auth : client_op::pong;
     out.topic_count = out.since_count = 0;  // fields of other ops: checked, then ignored
-    out.topic = out.data = {};
+    out.topic = out.data = out.idempotency_key = {};
     if (out.op == client_op::pong) return k_ok;
     return (seen & f_token) ? k_ok : fail(client_error::bad_request, "auth needs token");
   }
   if (op != "sub" && op != "unsub") return fail(client_error::unknown_op, "unknown op");
   out.op = op == "sub" ? client_op::sub : client_op::unsub;
-  out.topic = out.data = {};
+  out.topic = out.data = out.idempotency_key = {};
   if (!(seen & f_topics)) return fail(client_error::bad_request, "topics missing");
   if (out.op == client_op::unsub) out.since_count = 0;  // meaningless there: ignored
   for (std::size_t i = 0; i < out.since_count; ++i) {
@@ -437,7 +445,7 @@ envelope_result envelope_parser::parse(std::string_view message, std::size_t rea
     capacity = _max + simdjson::SIMDJSON_PADDING;
   }
   out.topic_count = out.since_count = 0;
-  out.topic = out.data = out.token = {};
+  out.topic = out.data = out.token = out.idempotency_key = {};
   sj::document doc;
   sj::object obj;
   if (_impl->parser.iterate(message.data(), message.size(), capacity).get(doc)) return k_bad_json;

@@ -6,6 +6,7 @@
 ///   {"op":"sub","topics":["mailbox:42"],"since":{"mailbox:42":"17"}}
 ///   {"op":"unsub","topics":["mailbox:42"]}
 ///   {"op":"pub","topic":"mailbox:42","data":<any JSON>}
+///   {"op":"pub","topic":"mailbox:42","data":<any JSON>,"idempotency_key":"order-17"}
 ///   {"op":"auth","token":"<JWT>"}      in-band token refresh
 ///   {"op":"pong"}                       the answer to a heartbeat `{"op":"ping"}`
 ///
@@ -27,6 +28,18 @@ namespace wspush::proto {
 inline constexpr std::size_t max_topics_per_message = 32;
 /// Longest token an `auth` may carry (what jwt_verifier accepts).
 inline constexpr std::size_t max_auth_token_bytes = 4096;
+/// Longest idempotency key of a `pub` (and of an admin publish): 1 to this many bytes of
+/// printable ASCII (space to `~`).
+inline constexpr std::size_t max_idempotency_key_bytes = 128;
+
+/// An idempotency key as publishes take it: 1-128 bytes of printable ASCII.
+constexpr bool is_valid_idempotency_key(std::string_view k) noexcept {
+  if (k.empty() || k.size() > max_idempotency_key_bytes) return false;
+  for (char c : k)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
 /// Longest `since` id. Ids are the server's (`k3f9:18`, a Redis stream id); a longer one was
 /// never issued by it.
 inline constexpr std::size_t max_id_bytes = 64;
@@ -87,6 +100,7 @@ struct envelope {
   std::uint8_t since_count = 0;   // sub: each names one of `topics`, at most once
   std::string_view topic;         // pub
   std::string_view data;          // pub: the raw JSON value, first to last byte, never empty
+  std::string_view idempotency_key;  // pub: empty when none (is_valid_idempotency_key otherwise)
   std::string_view token;         // auth: the token as sent (not checked here: jwt_verifier does)
   std::array<std::string_view, max_topics_per_message> topics_buf;
   std::array<since_entry, max_topics_per_message> since_buf;
@@ -117,7 +131,8 @@ class envelope_parser {
   /// Rules: a JSON object; `op` one of sub/unsub/pub; sub and unsub need `topics`, a non-empty
   /// array of topic names (≤ max_topics_per_message); sub may have `since`, an object of
   /// topic → id string (1..max_id_bytes) whose topics are among `topics`; pub needs `topic` and
-  /// `data` (any JSON value, nested at most max_data_depth). Known fields must have the right
+  /// `data` (any JSON value, nested at most max_data_depth) and may have `idempotency_key`
+  /// (is_valid_idempotency_key). Known fields must have the right
   /// type whatever the op (a pub with `"topics":5` is bad_request) and appear once; unknown
   /// fields are ignored but must be valid JSON. auth needs `token`, a non-empty string of at
   /// most max_auth_token_bytes; pong needs nothing. The first problem met reading front to back is

@@ -13,6 +13,14 @@ first round creates every topic's stream, the next ones add to them.
   loadgen/scenarios/redis_publish_cpu.py --node-bytes 512           # stream-node-max-bytes
   loadgen/scenarios/redis_publish_cpu.py --topics 1000000 --rounds 1 --marks 6 --ttl 300
       # then what a node's wspush_mark costs, one a second, with its step of the streams' sweep
+  loadgen/scenarios/redis_publish_cpu.py --batch 64 --keys new      # each publish with a new idempotency key
+  loadgen/scenarios/redis_publish_cpu.py --batch 64 --keys repeat   # each a retry of a key remembered
+
+With --keys the batches go to wspush_publish_keyed (a node's batch with a key per publish), or
+wspush_publish gets the key as its third argument; `new` gives every publish a key of its own (36
+bytes, a UUID's length), `repeat` resends the first keyed round's keys (the duplicates a retrying
+backend sends: nothing published). After the rounds it prints the Redis memory the remembered keys
+hold: used_memory before and after deleting every wspush:idem:* key, per key remembered.
 """
 
 import argparse
@@ -44,6 +52,9 @@ def main() -> None:
     p.add_argument("--lua", default=LUA, help="the function library to load (another version's, to compare)")
     p.add_argument("--data", default='{"subject":"New mail","from":"alice@example.com","n":12345}')
     p.add_argument("--ttl", type=int, default=300, help="history ttl in seconds (wspush:config ttl_ms)")
+    p.add_argument("--keys", default="none", choices=["none", "new", "repeat"],
+                   help="idempotency keys: none, a new one per publish, or the first keyed round's again")
+    p.add_argument("--window", type=int, default=300, help="the idempotency window in seconds (--keys)")
     p.add_argument("--marks", type=int, default=0,
                    help="after the rounds, this many wspush_mark calls a second apart (each runs a step of the sweep)")
     a = p.parse_args()
@@ -76,27 +87,45 @@ def main() -> None:
             i = r.info("cpu")
             return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
 
+        def key(rnd: int, i: int) -> str:  # 36 bytes, a UUID's length
+            if a.keys == "repeat" and rnd > 0:
+                rnd = 1  # the first keyed round's (round 1: round 0 creates the streams without keys)
+            return f"{rnd:08x}-0000-4000-8000-{i:012x}"
+
         for rnd in range(a.rounds):
+            keyed = a.keys != "none" and rnd > 0  # round 0 creates the streams: the same work either way
             c0 = cpu()
             for start in range(0, a.topics, 20000):  # pipelines of bounded size
                 pipe = r.pipeline(transaction=False)
                 end = min(a.topics, start + 20000)
                 if a.function == "wspush_publish":
                     for i in range(start, end):
-                        pipe.fcall("wspush_publish", 0, f"box:{i}", a.data)
+                        pipe.fcall("wspush_publish", 0, f"box:{i}", a.data, *([key(rnd, i)] if keyed else []))
                 else:
                     for i in range(start, end, a.batch):
-                        args = []
+                        args = [str(a.window * 1000)] if keyed else []
                         for k in range(i, min(end, i + a.batch)):
-                            args += [f"box:{k}", a.data]
-                        pipe.fcall("wspush_publish_batch", 0, *args)
+                            args += [f"box:{k}", a.data] + ([key(rnd, k)] if keyed else [])
+                        pipe.fcall("wspush_publish_keyed" if keyed else "wspush_publish_batch", 0, *args)
                 pipe.execute()
             used = cpu() - c0
             what = "new streams" if rnd == 0 else "existing streams"
+            retries = a.keys == "repeat" and rnd > 1
+            keys = f", keys: {'retries of remembered ones' if retries else 'a new one each'}" if keyed else ""
             print(f"{a.topics} topics, {a.function}{'' if a.function == 'wspush_publish' else f' x {a.batch}'}, "
-                  f"stream-node-max-bytes {a.node_bytes}, round {rnd + 1} ({what}): "
+                  f"stream-node-max-bytes {a.node_bytes}, round {rnd + 1} ({what}{keys}): "
                   f"{used / a.topics * 1e6:.2f} us of Redis CPU per publish", flush=True)
         print(f"Redis used_memory {r.info('memory')['used_memory'] / (1 << 20):.1f} MB", flush=True)
+        if a.keys != "none":
+            names = list(r.scan_iter("wspush:idem:*", count=10000))
+            remembered = sum(r.hlen(k) for k in names)
+            m0 = r.info("memory")["used_memory"]
+            for start in range(0, len(names), 10000):
+                r.delete(*names[start:start + 10000])
+            m1 = r.info("memory")["used_memory"]
+            print(f"remembered keys: {remembered} over {a.topics} topics ({remembered / a.topics:.0f} a topic), "
+                  f"{(m0 - m1) / remembered:.0f} bytes of Redis memory each ({(m0 - m1) / (1 << 20):.1f} MB)",
+                  flush=True)
         if a.marks:
             # The first step finds no earlier one and takes 10 s worth of keys: not counted.
             r.fcall("wspush_mark", 0, "wspush:node:bench")

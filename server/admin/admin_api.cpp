@@ -5,6 +5,7 @@
 
 #include <simdjson.h>
 
+#include "proto/envelope.hpp"
 #include "proto/topic.hpp"
 #include "proto/ws_handshake.hpp"
 #include "server/admin/metrics.hpp"
@@ -159,10 +160,14 @@ struct admin_api::state {
     append_http_response(out, status, type, body, close, extra);
   }
 
-  std::string_view extract(std::string_view json, std::size_t readable, std::string_view& topic,
-                           std::string_view& data) noexcept;
-  std::string_view read_field(simdjson::ondemand::field& f, bool& have_topic, bool& have_data,
-                              std::string_view& topic, std::string_view& data) noexcept;
+  /// What a publish object names: views into the body (or into `reader`'s buffer for a key
+  /// written with escapes), valid until the next publish is read.
+  struct fields {
+    std::string_view topic, data, key;  // key: empty when none
+    bool have_topic = false, have_data = false, have_key = false;
+  };
+  std::string_view extract(std::string_view json, std::size_t readable, fields& out) noexcept;
+  std::string_view read_field(simdjson::ondemand::field& f, fields& out) noexcept;
   publish_outcome publish_one(std::string_view json, std::size_t readable, std::string_view& reason) noexcept;
   void count(publish_outcome::kind_t k) noexcept {
     if (publishes[0] && k < publish_outcome::pending) publishes[k]->inc();
@@ -219,22 +224,29 @@ std::size_t count_lines(std::string_view body) noexcept {
 
 }  // namespace
 
-/// One field of a publish object: `topic` and `data` are taken (each at most once), others
-/// skipped. Returns a reason on failure.
-std::string_view admin_api::state::read_field(simdjson::ondemand::field& f, bool& have_topic, bool& have_data,
-                                              std::string_view& topic, std::string_view& data) noexcept {
+/// One field of a publish object: `topic`, `data` and `idempotency_key` are taken (each at most
+/// once), others skipped. Returns a reason on failure.
+std::string_view admin_api::state::read_field(simdjson::ondemand::field& f, fields& out) noexcept {
   namespace od = simdjson::ondemand;
   std::string_view key;
   if (f.unescaped_key().get(key)) return "malformed JSON";
   od::value& v = f.value();
   if (key == "topic") {
-    if (have_topic) return "repeated topic";
-    have_topic = true;
-    return v.get_string().get(topic) ? "topic is not a string" : "";
+    if (out.have_topic) return "repeated topic";
+    out.have_topic = true;
+    return v.get_string().get(out.topic) ? "topic is not a string" : "";
+  }
+  if (key == "idempotency_key") {
+    if (out.have_key) return "repeated idempotency_key";
+    out.have_key = true;
+    if (v.get_string().get(out.key) || !proto::is_valid_idempotency_key(out.key))
+      return "idempotency_key must be a string of 1 to 128 bytes of printable ASCII";
+    return "";
   }
   if (key != "data") return "";
-  if (have_data) return "repeated data";
-  have_data = true;
+  if (out.have_data) return "repeated data";
+  out.have_data = true;
+  std::string_view& data = out.data;
   od::json_type t;
   if (v.type().get(t)) return "malformed JSON";
   // raw_json and raw_json_token both run up to the next structural character: trim the
@@ -252,9 +264,9 @@ std::string_view admin_api::state::read_field(simdjson::ondemand::field& f, bool
   return "";
 }
 
-/// `{"topic":"...","data":...}` → topic and the raw bytes of data; a reason when it is not.
-std::string_view admin_api::state::extract(std::string_view json, std::size_t readable, std::string_view& topic,
-                                           std::string_view& data) noexcept {
+/// `{"topic":"...","data":...[,"idempotency_key":"..."]}` → topic, the raw bytes of data and
+/// the key; a reason when it is not.
+std::string_view admin_api::state::extract(std::string_view json, std::size_t readable, fields& out) noexcept {
   const char* p = json.data();
   if (readable < json.size() + simdjson::SIMDJSON_PADDING) {
     scratch.assign(json);
@@ -268,23 +280,22 @@ std::string_view admin_api::state::extract(std::string_view json, std::size_t re
   simdjson::ondemand::document doc;
   simdjson::ondemand::object obj;
   if (reader.iterate(p, json.size(), readable).get(doc) || doc.get_object().get(obj)) return "malformed JSON";
-  bool have_topic = false, have_data = false;
   for (auto item : obj) {
     simdjson::ondemand::field f;
     if (std::move(item).get(f)) return "malformed JSON";
-    if (const std::string_view why = read_field(f, have_topic, have_data, topic, data); !why.empty()) return why;
+    if (const std::string_view why = read_field(f, out); !why.empty()) return why;
   }
-  if (!have_topic) return "topic missing";
-  if (!proto::is_valid_topic(topic)) return "invalid topic";
-  if (!have_data) return "data missing";
+  if (!out.have_topic) return "topic missing";
+  if (!proto::is_valid_topic(out.topic)) return "invalid topic";
+  if (!out.have_data) return "data missing";
   return "";
 }
 
 publish_outcome admin_api::state::publish_one(std::string_view json, std::size_t readable,
                                               std::string_view& reason) noexcept {
-  std::string_view topic, data;
-  reason = extract(json, readable, topic, data);
-  publish_outcome r = reason.empty() ? sink.publish(topic, data) : publish_outcome{publish_outcome::bad_request, {}};
+  fields f;
+  reason = extract(json, readable, f);
+  publish_outcome r = reason.empty() ? sink.publish(f.topic, f.data, f.key) : publish_outcome{publish_outcome::bad_request, {}};
   count(r.kind);
   return r;
 }

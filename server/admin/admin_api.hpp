@@ -12,6 +12,9 @@
 /// | `/healthz`           | GET    | no   | 200 `{"status":"ok"}` while the process serves (liveness) |
 /// | `/readyz`            | GET    | no   | 200 `{"status":"ready"}`; 503 `{"status":"draining"}`, `"bus_down"` or `"bus_stalled"` |
 ///
+/// A publish (and each line of a batch) is `{"topic":...,"data":...}` with an optional
+/// `"idempotency_key"` (1-128 bytes of printable ASCII; else 400 with a reason).
+///
 /// Errors: unknown path 404, wrong method 405 (with `Allow`), missing or wrong key 401 (with
 /// `WWW-Authenticate: Bearer`), POST without Content-Length 411, bad JSON 400, body over the
 /// limit 413 (from the parser), sink unavailable 503 (with `Retry-After`), too many publishes
@@ -59,11 +62,14 @@ class publish_sink {
  public:
   virtual ~publish_sink() = default;
   /// Called on the admin thread only. `topic` is valid (proto/topic.hpp); `data_raw` is the
-  /// `data` value exactly as the publisher sent it, validated JSON, byte for byte. Both views
-  /// are valid only during the call. A sink that cannot answer at once returns `pending` with
-  /// a ticket; it then calls the notify of set_notify() with that ticket once the outcome is
-  /// known, and collect() takes it.
-  virtual publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept = 0;
+  /// `data` value exactly as the publisher sent it, validated JSON, byte for byte;
+  /// `idempotency_key` is empty (none) or valid (proto::is_valid_idempotency_key): a publish
+  /// whose key was published on the topic within the window is answered ok with that
+  /// publish's id, and not published again. The views are valid only during the call. A sink
+  /// that cannot answer at once returns `pending` with a ticket; it then calls the notify of
+  /// set_notify() with that ticket once the outcome is known, and collect() takes it.
+  virtual publish_outcome publish(std::string_view topic, std::string_view data_raw,
+                                  std::string_view idempotency_key) noexcept = 0;
   /// After the last publish of a request (one for /publish, once per /publish/batch): the
   /// moment to wake the shards once for everything just posted.
   virtual void end_batch() noexcept {}

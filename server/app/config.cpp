@@ -227,6 +227,13 @@ const std::vector<option>& options() {
        U32("max-topics-per-connection", session.max_topics_per_connection, 1, 100'000)},
       {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none", U32("history-size", history_size, 0, 1'000'000)},
       {"history-ttl", "SECONDS", "events older than this leave the history", SECS("history-ttl", history_ttl)},
+      {"idempotency-window", "SECONDS",
+       "a publish (admin API, batch line, client pub) carrying an idempotency_key already published on its topic "
+       "within this is not published again: it is answered with the first one's id. With --bus=redis://... the "
+       "keys live in Redis (every node, and backends' FCALL, see the same; give every node the same window), at "
+       "most 10000 per topic and window (past them a publish is not remembered); embedded, at most 131072 in the "
+       "process (past them the oldest are forgotten)",
+       SECS("idempotency-window", idempotency_window)},
       {"history-max-bytes", "N", "memory cap of the whole history (its blocks and bookkeeping as held in the heap); past it the oldest events go first",
        [](const config& c) { return std::to_string(c.history_max_bytes); },
        [](config& c, std::string_view v) {
@@ -330,6 +337,8 @@ config parse_config(int argc, char** argv) {
   if (c.redis_wait_replicas > 0 && 2.0 * c.redis_wait_ms >= c.redis_timeout * 1000)
     throw config_error("--redis-wait-ms must be under half of --redis-timeout: the link waits for WAIT (a batch for "
                        "at most two), and a wait that long would mark the bus stalled");
+  if (c.idempotency_window < 1)
+    throw config_error("--idempotency-window is at least 1 second: a retry comes later than that");
   if (c.tls_cert.empty() != c.tls_key.empty())
     throw config_error("--tls-cert and --tls-key go together: give both (TLS) or neither (plain ws://)");
   if (c.threads == 0) c.threads = std::max(1u, std::thread::hardware_concurrency());

@@ -45,6 +45,10 @@ struct config {
   std::uint32_t history_size = 100;   // per topic
   double history_ttl = 300;
   std::uint64_t history_max_bytes = std::uint64_t(256) << 20;
+  // Idempotency keys are remembered this long: a backend's retries with backoff end well
+  // within it, and it bounds what the keys cost (as long as the default history: a retry of an
+  // event still in the history is caught).
+  double idempotency_window = 300;
   unsigned pool_workers = 1;       // initial
   unsigned pool_max_workers = 0;   // 0: cores
   unsigned pool_queue = 4096;

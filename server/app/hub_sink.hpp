@@ -14,8 +14,8 @@ namespace wspush::server {
 class hub_sink final : public publish_sink {
  public:
   explicit hub_sink(pubsub::hub& h) : _hub(h) {}
-  publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
-    switch (_hub.publish(topic, data_raw, _id, false)) {
+  publish_outcome publish(std::string_view topic, std::string_view data_raw, std::string_view key) noexcept override {
+    switch (_hub.publish(topic, data_raw, _id, false, key)) {
       case pubsub::publish_status::ok: return {publish_outcome::ok, _id.view()};
       case pubsub::publish_status::busy: return {publish_outcome::unavailable, "busy"};
       case pubsub::publish_status::no_memory: break;
@@ -36,11 +36,11 @@ class hub_sink final : public publish_sink {
 class bus_sink final : public publish_sink {
  public:
   explicit bus_sink(bus::redis_bus& b) : _bus(b) {}
-  publish_outcome publish(std::string_view topic, std::string_view data_raw) noexcept override {
+  publish_outcome publish(std::string_view topic, std::string_view data_raw, std::string_view key) noexcept override {
     if (!_bus.up_for(topic))
       return {publish_outcome::unavailable, _bus.redis_count() == 1 ? "the bus is down" : "the topic's Redis is down"};
     try {
-      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, true, false)};
+      return {publish_outcome::pending, {}, _bus.publish_queue(topic, data_raw, key, true, false)};
     } catch (const std::exception&) {
     }
     return {publish_outcome::unavailable, "the bus is down"};
@@ -77,7 +77,7 @@ class bus_sink final : public publish_sink {
 /// Echo and broadcast have no topics: every publish is answered 503 (unavailable).
 class no_pubsub_sink final : public publish_sink {
  public:
-  publish_outcome publish(std::string_view, std::string_view) noexcept override {
+  publish_outcome publish(std::string_view, std::string_view, std::string_view) noexcept override {
     return {publish_outcome::unavailable, "pub/sub is not enabled in this mode (echo, broadcast)"};
   }
 };

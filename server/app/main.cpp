@@ -165,6 +165,7 @@ std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush:
   ho.size_per_topic = cfg.history_size;
   ho.ttl_ns = std::uint64_t(cfg.history_ttl * 1e9);
   ho.max_bytes = cfg.history_max_bytes;
+  ho.idempotency_window_ns = std::uint64_t(cfg.idempotency_window * 1e9);
   auto h = std::make_unique<wspush::server::pubsub::hub>(ho, buffers);
   if (cfg.mode == app_mode::pubsub && cfg.bus.empty())
     log(log_level::info, "history: %u events per topic, %gs, at most %llu bytes in all (epoch %.*s)", cfg.history_size,
@@ -195,6 +196,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.redis_timeout = cfg.redis_timeout;
   o.wait_replicas = cfg.redis_wait_replicas;
   o.wait_ms = cfg.redis_wait_ms;
+  o.idempotency_window = cfg.idempotency_window;
   std::string where;
   for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
   if (!o.master_name.empty()) {

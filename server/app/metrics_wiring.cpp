@@ -163,6 +163,8 @@ void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& sha
   m.add_gauge_fn("wspush_history_messages", [h] { return double(h->events().stats().entries); });
   m.add_gauge_fn("wspush_history_bytes", [h] { return double(h->events().stats().bytes); });
   m.add_gauge_fn("wspush_history_topics", [h] { return double(h->events().stats().topics); });
+  m.add_gauge_fn("wspush_idempotency_keys", [h] { return double(h->events().stats().idempotency_keys); });
+  m.add_counter_fn("wspush_idempotent_duplicates_total", [h] { return double(h->events().stats().duplicates); });
   m.add_counter_fn("wspush_history_evictions_total", [h] { return double(h->events().stats().evicted_size); }, {},
                    {{"cause", "size"}});
   m.add_counter_fn("wspush_history_evictions_total", [h] { return double(h->events().stats().evicted_ttl); }, {},

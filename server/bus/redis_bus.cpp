@@ -57,6 +57,7 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
   _wait_argv[0] = "WAIT";
   _wait_argv[1] = _wait_args[0];
   _wait_argv[2] = _wait_args[1];
+  _window_ms = std::to_string(std::uint64_t(_o.idempotency_window * 1000));
   if (_o.cluster) {
     // The masters come from the cluster's map (apply_map); the seeds are where it is asked.
     _slot_owner.reset(new std::atomic<std::uint16_t>[cluster_slots]);
@@ -82,7 +83,8 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
       _library.replace(at, line.size(),
                        "local cluster_config = {" + std::to_string(_o.history_size) + ", " +
                            std::to_string(std::uint64_t(_o.history_ttl * 1000)) + ", " +
-                           std::to_string(_o.max_event_bytes) + "}");
+                           std::to_string(_o.max_event_bytes) + ", " +
+                           std::to_string(std::uint64_t(_o.idempotency_window * 1000)) + "}");
     return;
   }
   const resp::limits limits = reply_limits(_o);
@@ -201,10 +203,12 @@ std::uint64_t redis_bus::on_drain_begin() noexcept {
 /// Queues a request for the bus thread and wakes it; false, and nothing queued, when there was
 /// no memory for it. `topic` and `data` are copied into the request here, so that a poster
 /// builds nothing that can throw.
-bool redis_bus::post(request&& r, std::string_view topic, std::string_view data, bool wake) noexcept {
+bool redis_bus::post(request&& r, std::string_view topic, std::string_view data, bool wake,
+                     std::string_view idempotency_key) noexcept {
   try {
     r.topic.assign(topic);
     r.data.assign(data);
+    r.key.assign(idempotency_key);  // none: nothing allocated
     std::lock_guard lock(_req_m);
     _requests.push_back(std::move(r));
   } catch (...) {
@@ -267,15 +271,16 @@ std::string redis_bus::down_reason() const {
   return {};
 }
 
-bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept {
+bool redis_bus::publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data,
+                        std::string_view idempotency_key) noexcept {
   if (!up_for(topic)) return false;
-  const std::size_t bytes = topic.size() + data.size();
+  const std::size_t bytes = topic.size() + data.size() + idempotency_key.size();
   if (_pub_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes > _o.max_pub_bytes) {
     _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     _n.pubs_refused.add();  // shard threads: a relaxed add may lose a count between two; it is a gauge of trouble
     return false;
   }
-  if (!post(request{request::client_pub, shard, tag, {}, {}, {}, {}}, topic, data)) {
+  if (!post(request{request::client_pub, shard, tag, {}, {}, {}, {}}, topic, data, true, idempotency_key)) {
     _pub_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     return false;
   }
@@ -311,7 +316,8 @@ void redis_bus::flush_settled() noexcept {
   _settled.clear();
 }
 
-std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, bool notify, bool wake) {
+std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view data, std::string_view idempotency_key,
+                                       bool notify, bool wake) {
   auto w = std::make_shared<waiter>();
   std::uint64_t ticket;
   {
@@ -325,7 +331,7 @@ std::uint64_t redis_bus::publish_queue(std::string_view topic, std::string_view 
     w->finish(bus_publish::unavailable, "the bus is down");
     return ticket;
   }
-  if (!post(request{request::admin_pub, 0, 0, {}, {}, {}, std::move(w)}, topic, data, wake))
+  if (!post(request{request::admin_pub, 0, 0, {}, {}, {}, std::move(w)}, topic, data, wake, idempotency_key))
     throw std::bad_alloc();  // no memory for it: the caller answers unavailable (bus_sink)
   return ticket;
 }
@@ -351,7 +357,7 @@ bus_publish redis_bus::publish_collect(std::uint64_t ticket, std::string& id, st
 
 bus_publish redis_bus::publish_wait(std::string_view topic, std::string_view data, std::string& id,
                                     std::chrono::milliseconds timeout) {
-  return publish_collect(publish_queue(topic, data), id, timeout);
+  return publish_collect(publish_queue(topic, data, {}), id, timeout);
 }
 
 // ---- the loop -------------------------------------------------------------------------------

@@ -98,6 +98,9 @@ struct redis_bus_options {
   std::string master_name;
   /// rediss:// targets: TLS with these settings (--redis-tls-*); null when none is rediss://.
   std::shared_ptr<const tls_client_context> tls;
+  /// --idempotency-window: a publish whose idempotency key was published on the topic this
+  /// recently is not published again (wspush.lua remembers the keys, in the topic's slot).
+  double idempotency_window = 300;
 };
 
 struct redis_bus_counters {
@@ -160,7 +163,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void withdraw(std::uint32_t shard, std::uint64_t request) noexcept override;
   void more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept override;
   bool readable_since(std::string_view id) const noexcept override;
-  bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept override;
+  bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data,
+               std::string_view idempotency_key) noexcept override;
 
   /// Any thread but the bus's (the admin API): publishes and waits for Redis's answer, at most
   /// `timeout`. ok: `id` holds the event's id; refused: Redis said no (`id` holds why). A
@@ -174,11 +178,14 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   /// publish.
   void set_publish_notify(publish_notify notify) noexcept;
   /// Queues a publish whose answer publish_collect() takes (a batch: all go to Redis back to
-  /// back). Returns a ticket. With `notify`, the publish notify is told the ticket once it is
+  /// back). `idempotency_key`: empty (none) or valid; a key published on the topic within the
+  /// window (in Redis: across nodes) is answered ok with that publish's id, and not published
+  /// again. Returns a ticket. With `notify`, the publish notify is told the ticket once it is
   /// settled, so that a caller need not wait: it collects with a zero timeout then. It is not
   /// told of a publish withdrawn by a collect that gave up before it was sent.
   /// Without `wake`, the bus thread is not woken for it: wake_for_posts() does, once for all.
-  std::uint64_t publish_queue(std::string_view topic, std::string_view data, bool notify = false, bool wake = true);
+  std::uint64_t publish_queue(std::string_view topic, std::string_view data, std::string_view idempotency_key,
+                              bool notify = false, bool wake = true);
   /// Wakes the bus thread if publish_queue(..., false) queued anything since it last did.
   void wake_for_posts() noexcept;
   /// The answer to a queued publish, waiting at most `timeout` (0: not at all); the ticket is
@@ -261,7 +268,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void lose_subscription(topic_state& ts, const std::string& topic) noexcept;
   void moved_off(instance& in, const std::string& topic) noexcept;
   topic_state& state_of(const std::string& topic);
-  bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true) noexcept;
+  bool post(request&& r, std::string_view topic = {}, std::string_view data = {}, bool wake = true,
+            std::string_view idempotency_key = {}) noexcept;
   void take_requests() noexcept;
   void handle(request& r) noexcept;
   void handle_sub(std::unique_ptr<pubsub::bus_sub> s) noexcept;
@@ -382,6 +390,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   mutable std::mutex _why_m;       // guards each instance's why_down
   std::string _wait_args[2];       // WAIT's replicas and milliseconds (durable publishes)
   std::string_view _wait_argv[3];  // WAIT <replicas> <ms>
+  std::string _window_ms;          // the idempotency window, as keyed batches pass it
   std::uint32_t _tick = 0;
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;

@@ -47,7 +47,7 @@ inline constexpr std::size_t max_kept_live = 1 << 14;    // live events kept asi
 // are bounded, so many resumes at once cost Redis a few pages' memory, not their sum.
 inline constexpr std::string_view replay_page_entries = "64";
 inline constexpr std::uint32_t max_pages_in_flight = 8;
-inline constexpr std::size_t max_batch_pubs = 64;          // publishes in one FCALL wspush_publish_batch
+inline constexpr std::size_t max_batch_pubs = 64;          // publishes in one FCALL wspush_publish_batch (or _keyed)
 inline constexpr std::size_t max_batch_bytes = 1 << 20;    // and their topics and data, about
 inline constexpr std::size_t replay_page_bound = 1 << 20;  // the most a page holds (and what a catch-up's do)
 inline constexpr std::uint32_t min_backoff_ticks = 4, max_backoff_ticks = 100;  // 0.2 s .. 5 s
@@ -159,6 +159,7 @@ struct redis_bus::request {
   std::shared_ptr<waiter> w;
   std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
   std::uint64_t room = 0;         // more: what the connection can take (bytes)
+  std::string key = {};           // client_pub, admin_pub: its idempotency key (empty: none)
 };
 
 /// One publish of a batch (op::publishes), answered from its element of the reply.

@@ -25,7 +25,7 @@ void redis_bus::gather_publish(request& r) noexcept {
   } catch (...) {
     return publish_refused(r);
   }
-  in.gathered_bytes += r.topic.size() + r.data.size();
+  in.gathered_bytes += r.topic.size() + r.data.size() + r.key.size();
   if (in.gathered.size() >= max_batch_pubs || in.gathered_bytes >= max_batch_bytes) send_publishes(in);
 }
 
@@ -35,7 +35,9 @@ void redis_bus::send_publishes() noexcept {
 
 /// The publishes gathered for a Redis go to it in one FCALL wspush_publish_batch; under Redis
 /// Cluster in one FCALL wspush_publish_many over the slots of the master (a mailbox a slot:
-/// one call per slot would be a call per event).
+/// one call per slot would be a call per event). A batch with an idempotency key goes to the
+/// _keyed twin of either, a key per publish ("": none) behind the window: a batch without one
+/// costs Redis what it did.
 void redis_bus::send_publishes(instance& in) noexcept {
   auto& gathered = in.gathered;
   if (gathered.empty()) return;
@@ -50,6 +52,7 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
   if (o) {
     try {
       o->pubs.resize(run.size());
+      const bool keyed = std::any_of(run.begin(), run.end(), [](const request* r) { return !r->key.empty(); });
       if (_o.cluster) {
         // The first stream key declared (it routes the call to this master), then a stream key
         // before each topic and data.
@@ -58,20 +61,22 @@ void redis_bus::send_batch(instance& in, std::span<request* const> run) noexcept
         // Declared: a key of this node's channel's slot, which the master serves whatever
         // other slot is moving (a stream key of a moving slot would refuse the whole call).
         name_into(_keys[run.size()], in.node_slot, "epoch", {});
-        _argv.assign({"FCALL", "wspush_publish_many", "1", _keys[run.size()]});
+        _argv.assign({"FCALL", keyed ? "wspush_publish_many_keyed" : "wspush_publish_many", "1", _keys[run.size()]});
       } else {
-        _argv.assign({"FCALL", "wspush_publish_batch", "0"});
+        _argv.assign({"FCALL", keyed ? "wspush_publish_keyed" : "wspush_publish_batch", "0"});
       }
+      if (keyed) _argv.push_back(_window_ms);
       for (std::size_t k = 0; k < run.size(); ++k) {
         const request& r = *run[k];
         if (_o.cluster) _argv.push_back(_keys[k]);
         _argv.push_back(r.topic);
         _argv.push_back(r.data);
+        if (keyed) _argv.push_back(r.key);
         batched_pub& b = o->pubs[k];
         b.client = r.kind == request::client_pub;
         b.shard = r.shard;
         b.tag = r.tag;
-        b.bytes = r.topic.size() + r.data.size();
+        b.bytes = r.topic.size() + r.data.size() + r.key.size();  // what publish() counted
         b.w = r.w;
       }
       sent = command(in, _argv, o);  // deletes o if it was not sent
@@ -115,7 +120,7 @@ void redis_bus::follow_with_wait(instance& in, op& o) noexcept {
 void redis_bus::publish_refused(request& r) noexcept {
   if (r.w) r.w->finish(bus_publish::unavailable, "the bus is down");
   if (r.kind == request::client_pub) {
-    pub_answered(r.topic.size() + r.data.size());
+    pub_answered(r.topic.size() + r.data.size() + r.key.size());
     pub_failed(r.shard, r.tag, r.topic);
   }
 }
@@ -281,7 +286,7 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
     // A node of an older version loaded its library since (FUNCTION LOAD REPLACE on connect):
     // this one's holds every function the older one has, so it goes back. The batch did not
     // run: its publishers hear it refused, and a retry is safe.
-    log_ratelimited(log_level::warn, "bus: Redis has no wspush_publish_batch (a node of an older version loaded its "
+    log_ratelimited(log_level::warn, "bus: Redis lacks a function of this node's (a node of an older version loaded its "
                     "functions): loading this node's again");
     if (auto* load = new (std::nothrow) op{op::other})
       command(*o.in, {"FUNCTION", "LOAD", "REPLACE", _o.cluster ? std::string_view(_library) : redis_functions}, load);

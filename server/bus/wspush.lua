@@ -2,8 +2,10 @@
 -- wspush's Redis functions (Redis 7). Every node loads this library when it connects
 -- (FUNCTION LOAD REPLACE); a backend that publishes without wspush calls the same function:
 --
---   FCALL wspush_publish 0 <topic> <data>      -> "<epoch>:<stream id>"
+--   FCALL wspush_publish 0 <topic> <data> [<idempotency key>]  -> "<epoch>:<stream id>"
 --
+-- With an idempotency key (1-128 bytes of printable ASCII) a publish whose key was published
+-- on the same topic within the window answers that publish's id and publishes nothing.
 -- <data> must be one JSON value (it is checked here and refused otherwise). docs/REDIS.md
 -- describes the keys and the channel.
 --
@@ -24,7 +26,8 @@
 --                         master that last wrote under it; a master that took over from that
 --                         one makes a new epoch (single_epoch)
 --   wspush:config         hash: maxlen (events kept per topic), ttl_ms (their age limit),
---                         max_event_bytes (the largest data wspush_publish takes), written by
+--                         max_event_bytes (the largest data wspush_publish takes), idem_ms
+--                         (the idempotency window, written by the nodes' keyed batches), written by
 --                         the nodes from --history-size, --history-ttl and the larger of
 --                         --max-body-bytes and --max-message-bytes (nodes sharing a Redis
 --                         agree on them: the last one set up wins)
@@ -32,6 +35,9 @@
 --                         sweep (below) deletes it once its last publish is 2 * ttl_ms old
 --   wspush:sweep          hash: cursor (the sweep's SCAN cursor), at (when its last step ran),
 --                         pass (passes over the keyspace done)
+--   wspush:idem:<g>:<topic>  hash: idempotency key -> "<ms> <id>" of the keys published in
+--                         generation g = floor(ms / idem_ms) (wspush:config idem_ms, the nodes'
+--                         --idempotency-window); it expires at the end of generation g + 1
 -- Channel:
 --   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
 
@@ -40,8 +46,8 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Under Redis Cluster: {maxlen, ttl_ms, max_event_bytes}, written here by the node that loads
--- the library (the line below, replaced as a whole).
+-- Under Redis Cluster: {maxlen, ttl_ms, max_event_bytes, idem_ms}, written here by the node
+-- that loads the library (the line below, replaced as a whole).
 local cluster_config = nil -- @cluster_config@
 
 -- Where a call's keys are, from the keys it declares: 'wspush:' (none: one Redis, or an
@@ -54,13 +60,15 @@ local function space(keys, what)
   return p
 end
 
+-- maxlen, ttl_ms, max_event_bytes and idem_ms (the idempotency window: the nodes' keyed
+-- batches write it; 300 s until one has).
 local function config(p)
   if p ~= 'wspush:' then
     local c = cluster_config or {}
-    return c[1] or 100, c[2] or 300000, c[3] or 1048576
+    return c[1] or 100, c[2] or 300000, c[3] or 1048576, c[4] or 300000
   end
-  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms', 'max_event_bytes')
-  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576
+  local c = redis.call('HMGET', 'wspush:config', 'maxlen', 'ttl_ms', 'max_event_bytes', 'idem_ms')
+  return tonumber(c[1]) or 100, tonumber(c[2]) or 300000, tonumber(c[3]) or 1048576, tonumber(c[4]) or 300000
 end
 
 -- This master's replication ids (INFO replication: Redis Cluster, a guarded epoch), read once per call
@@ -191,17 +199,65 @@ end
 -- and the arguments every publish passes as strings (a number given to redis.call is formatted
 -- each time it is passed).
 local function context(p)
-  local maxlen, ttl, max_bytes = config(p)
+  local maxlen, ttl, max_bytes, idem_ms = config(p)
   local t = redis.call('TIME')
   return {maxlen = tostring(maxlen), max_bytes = max_bytes, prefix = epoch(p) .. ':', t = t, space = p,
-          expire = p ~= 'wspush:' and ttl > 0 and tostring(2 * ttl) or nil}
+          expire = p ~= 'wspush:' and ttl > 0 and tostring(2 * ttl) or nil, config_idem_ms = idem_ms}
+end
+
+-- ---- idempotency keys ----------------------------------------------------------------------
+-- A publish may carry a key (a backend's retry of the same publish carries the same one). Keys
+-- are remembered per topic, in the topic's slot, in generations of one window: generation g
+-- (g = floor(ms / window)) is a hash 'idem:<g>:<topic>', key -> "<ms> <id>", which expires at
+-- the end of generation g + 1. A publish looks its key up in the current generation, then the
+-- one before, and takes it as seen when it was published less than a window ago: so a key is
+-- remembered for exactly the window, whichever generation holds it, and a topic's keys leave
+-- with their generation, at most two windows after their publish. A generation holds at most
+-- idem_cap keys: past them a publish is not remembered (its retry may publish twice). A publish
+-- without a key touches none of this. (Few calls on purpose: each redis.call is the cost.)
+local idem_cap = 10000
+local idem_default_ms = 300000
+
+-- 1-128 bytes of printable ASCII (space to ~), as the nodes check.
+local function valid_idem_key(k)
+  return type(k) == 'string' and #k >= 1 and #k <= 128 and not string.find(k, '[^ -~]')
+end
+
+-- The id the key's publish got on this topic within the window, or nil.
+local function idem_seen(x, topic, key)
+  local v = redis.call('HGET', x.idem_cur .. topic, key) or redis.call('HGET', x.idem_prev .. topic, key)
+  if not v then return nil end
+  local ms, id = string.match(v, '^(%d+) (.+)$')
+  if ms and x.now - tonumber(ms) < x.idem_ms then return id end
+  return nil
+end
+
+local function idem_remember(x, topic, key, id)
+  local h = x.idem_cur .. topic
+  local n = redis.call('HLEN', h)
+  if n >= idem_cap then return end
+  redis.call('HSET', h, key, x.now_s .. ' ' .. id)
+  if n == 0 then redis.call('PEXPIREAT', h, x.idem_end) end  -- made now: it goes with its generation
+end
+
+-- Sets the window (ms), the time keys are stamped with and the generations' names into a
+-- call's context.
+local function idem_context(x, window)
+  x.idem_ms = window
+  x.now = tonumber(x.t[1]) * 1000 + math.floor(tonumber(x.t[2]) / 1000)
+  x.now_s = string.format('%.0f', x.now)
+  local g = math.floor(x.now / window)
+  x.idem_cur = x.space .. 'idem:' .. string.format('%.0f', g) .. ':'
+  x.idem_prev = x.space .. 'idem:' .. string.format('%.0f', g - 1) .. ':'
+  x.idem_end = string.format('%.0f', (g + 2) * window)
 end
 
 -- One publish; `checked`: its topic and data were checked already (a node's). Returns its id
--- (or an error reply) and whether it created the stream.
+-- (or an error reply) and whether it created the stream. `ikey`: its idempotency key (nil:
+-- none; x holds the window, idem_context).
 -- The history is bounded by count here (MAXLEN); by age, wspush_replay returns nothing older
 -- than ttl_ms, and the sweep deletes the key 2 * ttl_ms after its last publish or later.
-local function publish_one(topic, data, x, checked)
+local function publish_one(topic, data, x, checked, ikey)
   -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
   if type(topic) ~= 'string' or type(data) ~= 'string' then return redis.error_reply('ERR wspush: bad arguments'), false end
   if #data > x.max_bytes then
@@ -213,6 +269,10 @@ local function publish_one(topic, data, x, checked)
   end
   local stream = x.space .. 'stream:' .. topic
   if x.key and x.key ~= stream then return redis.error_reply('ERR wspush: the key is not the topic\'s stream'), false end
+  if ikey then
+    local seen = idem_seen(x, topic, ikey)
+    if seen then return seen, false end  -- published within the window: its id, nothing more
+  end
   -- A stream that exists takes the entry (one command); only a new one needs its first id.
   local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', x.maxlen, '*', 'd', data)
   local created = not id
@@ -224,6 +284,7 @@ local function publish_one(topic, data, x, checked)
   else
     redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
   end
+  if ikey then idem_remember(x, topic, ikey, full) end
   return full, created
 end
 
@@ -232,7 +293,14 @@ local function publish(keys, args)
   if not p then return redis.error_reply('ERR wspush: the key is not a wspush stream (docs/REDIS.md)') end
   local x = context(p)
   x.key = keys[1]
-  local out, created = publish_one(args[1], args[2], x, false)
+  local ikey = args[3]
+  if ikey ~= nil then
+    if not valid_idem_key(ikey) then
+      return redis.error_reply('ERR wspush: an idempotency key is 1-128 bytes of printable ASCII')
+    end
+    idem_context(x, x.config_idem_ms)
+  end
+  local out, created = publish_one(args[1], args[2], x, false, ikey)
   if created then wait_past(x.t) end
   return out
 end
@@ -244,17 +312,30 @@ end
 --   checks what it receives): a backend publishes with wspush_publish.
 -- Under Redis Cluster: FCALL wspush_publish_batch <n> <stream key> ... <topic> <data> ..., a
 --   stream key per pair, all of one slot.
-local function publish_batch(keys, args)
-  if #args == 0 or #args % 2 ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
+-- FCALL wspush_publish_keyed 0 <window ms> <topic> <data> <key> [<topic> <data> <key> ...]
+--   the same with an idempotency key per publish ('': none; the node checked the others), and
+--   the node's --idempotency-window, which it makes the one backends' publishes use
+--   (wspush:config idem_ms). A new name, not a new shape of wspush_publish_batch: a node of the
+--   previous version goes on calling that one with pairs during a rolling upgrade.
+local function batch(keys, args, first, stride, window)
+  local n = #args - first + 1
+  if n <= 0 or n % stride ~= 0 then return redis.error_reply('ERR wspush: topic and data pairs expected') end
   local p = space(keys, 'stream:')
-  if not p or (#keys > 0 and #keys * 2 ~= #args) then
+  if not p or (#keys > 0 and #keys * stride ~= n) then
     return redis.error_reply('ERR wspush: a stream key per topic and data pair expected')
   end
   local x = context(p)
+  if window then
+    idem_context(x, window)
+    -- Where backends' publishes read it (one Redis, an isolated shard: under Redis Cluster the
+    -- library carries it). Unset reads as the default: nothing to write for a node of it.
+    if p == 'wspush:' and x.config_idem_ms ~= window then redis.call('HSET', 'wspush:config', 'idem_ms', tostring(window)) end
+  end
   local out, any = {}, false
-  for i = 1, #args, 2 do
-    x.key = keys[(i + 1) / 2]
-    local r, created = publish_one(args[i], args[i + 1], x, true)
+  for i = first, #args, stride do
+    x.key = keys[(i - first) / stride + 1]
+    local ikey = stride == 3 and args[i + 2] ~= '' and args[i + 2] or nil
+    local r, created = publish_one(args[i], args[i + 1], x, true, ikey)
     out[#out + 1] = r
     any = any or created
   end
@@ -262,13 +343,31 @@ local function publish_batch(keys, args)
   return out
 end
 
+local function publish_batch(keys, args) return batch(keys, args, 1, 2, nil) end
+
+-- The node's window (ms), or nil.
+local function node_window(w)
+  local window = tonumber(w)
+  if not window or window < 1 or window ~= math.floor(window) then return nil end
+  return window
+end
+
+local function publish_keyed(keys, args)
+  local window = node_window(args[1])
+  if not window then return redis.error_reply('ERR wspush: a window in milliseconds expected') end
+  return batch(keys, args, 2, 3, window)
+end
+
 -- Under Redis Cluster, the nodes' own batch over the slots of one master:
 -- FCALL wspush_publish_many 1 <the first stream key> <stream key> <topic> <data> [...]
 --   -> { <an id, or an error>, ... }: one per triple, in order. A triple whose slot this master
 --   does not serve (it moved, or is moving) is answered with an error and not published; the
 --   others are. Each slot's epoch is read once per call.
-local function publish_many(keys, args)
-  if #keys ~= 1 or #args == 0 or #args % 3 ~= 0 then
+-- FCALL wspush_publish_many_keyed 1 <the first stream key> <window ms> <stream key> <topic> <data> <key> [...]
+--   the same with an idempotency key per publish ('': none).
+local function many(keys, args, first, stride, window)
+  local n = #args - first + 1
+  if #keys ~= 1 or n <= 0 or n % stride ~= 0 then
     return redis.error_reply('ERR wspush: one declared key, then stream key, topic and data triples expected')
   end
   local maxlen, ttl, max_bytes = config('wspush:{-}:')
@@ -276,8 +375,9 @@ local function publish_many(keys, args)
   local base = {maxlen = tostring(maxlen), max_bytes = max_bytes, t = t,
                 expire = ttl > 0 and tostring(2 * ttl) or nil}
   local out, any, epochs, ctx = {}, false, {}, {}
-  for i = 1, #args, 3 do
+  for i = first, #args, stride do
     local key, topic, data = args[i], args[i + 1], args[i + 2]
+    local ikey = stride == 4 and args[i + 3] ~= '' and args[i + 3] or nil
     local p = string.match(key, '^(wspush:{[0-9a-z]+}:)stream:')
     local r, created
     if not p then
@@ -294,7 +394,8 @@ local function publish_many(keys, args)
       if ok then
         local x = {maxlen = base.maxlen, max_bytes = base.max_bytes, t = t, expire = base.expire, prefix = e .. ':',
                    space = p, key = key}
-        ok, r, created = pcall(publish_one, topic, data, x, true)
+        if ikey then idem_context(x, window) end
+        ok, r, created = pcall(publish_one, topic, data, x, true, ikey)
       end
       if not ok then r = redis.error_reply('ERR wspush: the slot of ' .. tostring(topic) .. ' is not served here') end
     end
@@ -303,6 +404,14 @@ local function publish_many(keys, args)
   end
   if any then wait_past(t) end
   return out
+end
+
+local function publish_many(keys, args) return many(keys, args, 1, 3, nil) end
+
+local function publish_many_keyed(keys, args)
+  local window = node_window(args[1])
+  if not window then return redis.error_reply('ERR wspush: a window in milliseconds expected') end
+  return many(keys, args, 2, 4, window)
 end
 
 -- FCALL wspush_replay 0 <topic> <since id> [mark]
@@ -428,6 +537,9 @@ end
 redis.register_function{function_name = 'wspush_publish', callback = publish}
 redis.register_function{function_name = 'wspush_publish_batch', callback = publish_batch}
 redis.register_function{function_name = 'wspush_publish_many', callback = publish_many, flags = {'allow-cross-slot-keys'}}
+redis.register_function{function_name = 'wspush_publish_keyed', callback = publish_keyed}
+redis.register_function{function_name = 'wspush_publish_many_keyed', callback = publish_many_keyed,
+                        flags = {'allow-cross-slot-keys'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-writes'}}
 
 -- The sweep. A stream has no TTL: one would cost every publish a PEXPIRE, and every lookup of

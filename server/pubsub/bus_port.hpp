@@ -88,10 +88,13 @@ class bus_port {
   /// read: it is answered `lost`). False: the client's `sub` is bad_request, and nothing is
   /// asked of the bus.
   virtual bool readable_since(std::string_view id) const noexcept = 0;
-  /// A client's pub (shard thread); `tag` is the session's, handed back in its answer. False:
-  /// refused at once (down, or the node's bound on pubs in flight is reached). Otherwise it is
-  /// answered later: in a pubs_done reply, or a pub_failed one.
-  virtual bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data) noexcept = 0;
+  /// A client's pub (shard thread); `tag` is the session's, handed back in its answer;
+  /// `idempotency_key` empty (none) or valid: a key published on the topic within the window
+  /// is not published again, and the pub is answered as taken (pubs_done). False: refused at
+  /// once (down, or the node's bound on pubs in flight is reached). Otherwise it is answered
+  /// later: in a pubs_done reply, or a pub_failed one.
+  virtual bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data,
+                       std::string_view idempotency_key) noexcept = 0;
 };
 
 }  // namespace wspush::server::pubsub

@@ -4,6 +4,7 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -58,8 +59,55 @@ constexpr std::size_t topic_bytes(std::size_t name) noexcept {
   return heap_bytes(sizeof(void*) + sizeof(topic_map::value_type)) + (name > inline_chars ? heap_bytes(name + 1) : 0);
 }
 
+/// Idempotency keys: a part remembers each as "<topic>\0<key>" (a topic holds no NUL) with the
+/// seq its publish got, looked up by the two views without building the string.
+struct idem_view {
+  std::string_view topic, key;
+};
+
+inline idem_view split_idem(std::string_view s) noexcept {
+  const std::size_t z = s.find('\0');
+  return {s.substr(0, z), s.substr(z + 1)};
+}
+
+struct idem_hash {
+  using is_transparent = void;
+  std::size_t operator()(idem_view v) const noexcept {
+    const std::size_t a = std::hash<std::string_view>{}(v.topic), b = std::hash<std::string_view>{}(v.key);
+    return a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+  }
+  std::size_t operator()(const std::string& s) const noexcept { return (*this)(split_idem(s)); }
+};
+
+struct idem_eq {
+  using is_transparent = void;
+  bool operator()(const std::string& a, const std::string& b) const noexcept { return a == b; }
+  bool operator()(idem_view v, const std::string& s) const noexcept {
+    const idem_view w = split_idem(s);
+    return v.topic == w.topic && v.key == w.key;
+  }
+  bool operator()(const std::string& s, idem_view v) const noexcept { return (*this)(v, s); }
+};
+
+struct idem_entry {
+  std::uint64_t seq = 0;
+  std::uint64_t time_ns = 0;  // when it was published (a key published again after the window: the later)
+};
+using idem_map = std::unordered_map<std::string, idem_entry, idem_hash, idem_eq>;
+
+/// The order keys are forgotten in, oldest first. A key published again after its window is
+/// stamped anew and recorded again: a record whose time is not its key's is stale and only
+/// dropped, so a key leaves the map with its newest record, and the map never holds more keys
+/// than there are records.
+struct idem_record {
+  std::uint64_t time_ns;
+  idem_map::value_type* key;  // stable: map nodes never move
+};
+
 struct history_part {
   mutable std::mutex mu;
+  idem_map idem;
+  std::deque<idem_record> idem_order;
   std::vector<history_entry> entries;
   std::uint32_t free = none;
   topic_map topics;
@@ -78,6 +126,9 @@ using detail::history_part;
 using detail::none;
 using detail::topic_map;
 using detail::topic_state;
+using detail::idem_map;
+using detail::idem_record;
+using detail::idem_view;
 
 namespace {
 
@@ -253,6 +304,54 @@ void link_entry(history_part& p, topic_map::value_type* t, std::uint32_t k, pool
   add_bytes(p, entry_bytes(e), total);
 }
 
+/// Forgets the keys out of the window, and the oldest past `cap` records.
+void forget_keys(history_part& p, std::uint64_t window_ns, std::uint64_t now_ns, std::size_t cap) noexcept {
+  while (!p.idem_order.empty()) {
+    const idem_record r = p.idem_order.front();
+    const bool old = now_ns > r.time_ns && now_ns - r.time_ns >= window_ns;
+    if (!old && p.idem_order.size() < cap) return;
+    p.idem_order.pop_front();
+    if (r.key->second.time_ns != r.time_ns) continue;  // stale: the key was recorded again since
+    p.idem.erase(p.idem.find(r.key->first));
+  }
+  if (p.idem.empty()) idem_map().swap(p.idem);  // a burst leaves no buckets behind
+}
+
+/// Whether `key` was published on `topic` within the window (then `seq` is that publish's),
+/// having forgotten the keys out of it first.
+bool seen_key(history_part& p, std::string_view topic, std::string_view key, std::uint64_t window_ns,
+              std::uint64_t now_ns, std::size_t cap, std::uint64_t& seq) noexcept {
+  forget_keys(p, window_ns, now_ns, cap);
+  const auto it = p.idem.find(idem_view{topic, key});
+  if (it == p.idem.end()) return false;
+  const std::uint64_t t = it->second.time_ns;
+  if (now_ns > t && now_ns - t >= window_ns) return false;  // published again after its window
+  seq = it->second.seq;
+  return true;
+}
+
+/// Remembers `key` of `topic` as published with `seq` now. Out of memory: not remembered (a
+/// retry may publish twice), the publish stands.
+void remember_key(history_part& p, std::string_view topic, std::string_view key, std::uint64_t seq,
+                  std::uint64_t now_ns) noexcept {
+  try {
+    auto it = p.idem.find(idem_view{topic, key});
+    if (it == p.idem.end()) {
+      std::string name;
+      name.reserve(topic.size() + 1 + key.size());
+      name.append(topic).append(1, '\0').append(key);
+      it = p.idem.try_emplace(std::move(name)).first;
+    }
+    it->second = {seq, now_ns};
+    try {
+      p.idem_order.push_back({now_ns, &*it});
+    } catch (...) {
+      p.idem.erase(it);  // no record to forget it by: not kept
+    }
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 history::history(history_options o) : _o(std::move(o)) {
@@ -263,6 +362,7 @@ history::history(history_options o) : _o(std::move(o)) {
   std::uint32_t n = std::bit_ceil(std::max<std::uint32_t>(_o.parts, 1));
   _mask = n - 1;
   _parts = std::make_unique<history_part[]>(n);
+  _idem_per_part = std::max<std::uint32_t>(1, _o.idempotency_keys / n);
 }
 
 history::~history() = default;
@@ -296,18 +396,27 @@ std::uint64_t history::last_seq(std::uint32_t part) const noexcept {
   return p.seq;
 }
 
-append_result history::append_impl(std::string_view topic, std::uint64_t now_ns, void* ctx, make_fn make) noexcept {
+append_result history::append_impl(std::string_view topic, std::uint64_t now_ns, std::string_view idempotency_key,
+                                   void* ctx, make_fn make) noexcept {
   append_result r;
   r.part = part_of(topic);
   history_part& p = _parts[r.part];
   {
     std::lock_guard lock(p.mu);
+    // Under the part's lock: two publishes of one key, from any threads, append once.
+    if (!idempotency_key.empty() &&
+        seen_key(p, topic, idempotency_key, _o.idempotency_window_ns, now_ns, _idem_per_part, r.seq)) {
+      ++p.n.duplicates;
+      r.ok = r.duplicate = true;
+      return r;
+    }
     history_id id = format_id(p.seq + 1);
     pool::frame_ref frame = make(ctx, id.view(), p.seq + 1);
     if (!frame) return r;
     r.seq = ++p.seq;
     r.ok = true;
     ++p.n.appends;
+    if (!idempotency_key.empty()) remember_key(p, topic, idempotency_key, r.seq, now_ns);
     topic_map::value_type* t = nullptr;
     std::uint32_t k = _o.size_per_topic != 0 ? take_slot(p, topic, t, _bytes) : none;
     if (k == none) {
@@ -399,6 +508,8 @@ history_stats history::stats() const noexcept {
     s.evicted_size += p.n.evicted_size;
     s.evicted_ttl += p.n.evicted_ttl;
     s.evicted_memory += p.n.evicted_memory;
+    s.idempotency_keys += p.idem.size();
+    s.duplicates += p.n.duplicates;
   }
   return s;
 }

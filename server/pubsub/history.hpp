@@ -50,6 +50,13 @@ struct history_options {
   std::uint64_t ttl_ns = 300'000'000'000ull;    ///< --history-ttl; 0: no age limit
   std::size_t max_bytes = std::size_t{256} << 20;  ///< global cap (blocks + bookkeeping, as the heap holds them)
   std::uint32_t parts = 16;                     ///< parts; rounded up to a power of two
+  /// --idempotency-window: a publish whose idempotency key was published on the same topic
+  /// this recently is not published again (append() answers the first one's seq).
+  std::uint64_t idempotency_window_ns = 300'000'000'000ull;
+  /// Idempotency keys remembered in all, split evenly over the parts: past a part's share its
+  /// oldest key is forgotten first (each costs 143-156 bytes measured with a 36-byte key, at most
+  /// about 380 with the longest topic and key).
+  std::uint32_t idempotency_keys = 1u << 17;
   std::string epoch;                            ///< empty: random; tests fix it
 };
 
@@ -61,10 +68,14 @@ struct history_stats {
   std::uint64_t topics = 0;
   std::uint64_t appends = 0;
   std::uint64_t evicted_size = 0, evicted_ttl = 0, evicted_memory = 0;
+  std::uint64_t idempotency_keys = 0;  ///< keys remembered now (within the window)
+  std::uint64_t duplicates = 0;        ///< publishes answered with an earlier one's id
 };
 
 struct append_result {
   bool ok = false;          ///< false: the frame maker returned an empty frame, or out of memory
+  bool duplicate = false;   ///< its idempotency key was published within the window: `seq` is
+                            ///< that publish's, and nothing was made or appended
   std::uint32_t part = 0;   ///< the part (for the reactor's `fanned` bookkeeping)
   std::uint64_t seq = 0;
 };
@@ -109,10 +120,15 @@ class history {
   /// with its id and (see the seam above) posts it to the reactors. An empty frame means the
   /// publish failed: nothing is stored and the seq is not used. `make` must not call back
   /// into the history.
+  ///
+  /// With an `idempotency_key` (empty: none) the check is atomic with the append, under the
+  /// same lock: a key published on `topic` within the window answers that publish's seq
+  /// (`duplicate`) and `make` is not called; else the key is remembered with the new seq.
   template <class Make>
-  append_result append(std::string_view topic, std::uint64_t now_ns, Make&& make) noexcept {
+  append_result append(std::string_view topic, std::uint64_t now_ns, Make&& make,
+                       std::string_view idempotency_key = {}) noexcept {
     using M = std::remove_reference_t<Make>;
-    return append_impl(topic, now_ns, &make, [](void* ctx, std::string_view id, std::uint64_t seq) noexcept {
+    return append_impl(topic, now_ns, idempotency_key, &make, [](void* ctx, std::string_view id, std::uint64_t seq) noexcept {
       return (*static_cast<M*>(ctx))(id, seq);
     });
   }
@@ -148,7 +164,8 @@ class history {
   using make_fn = pool::frame_ref (*)(void*, std::string_view, std::uint64_t) noexcept;
   using visit_fn = void (*)(void*, std::uint64_t, const pool::frame_ref&) noexcept;
 
-  append_result append_impl(std::string_view topic, std::uint64_t now_ns, void* ctx, make_fn make) noexcept;
+  append_result append_impl(std::string_view topic, std::uint64_t now_ns, std::string_view idempotency_key, void* ctx,
+                            make_fn make) noexcept;
   replay_result replay_impl(std::string_view topic, std::string_view since_id, std::uint64_t until_seq,
                             std::uint64_t now_ns, void* ctx, visit_fn fn) noexcept;
   void enforce_cap() noexcept;
@@ -156,6 +173,7 @@ class history {
   history_options _o;
   std::string _epoch;
   std::uint32_t _mask = 0;
+  std::uint32_t _idem_per_part = 0;  // idempotency keys a part remembers at most
   std::unique_ptr<detail::history_part[]> _parts;
   std::atomic<std::uint64_t> _bytes{0};  // all parts; what max_bytes bounds
   std::atomic<std::uint64_t> _stamp{0};  // global append order, for oldest-first eviction

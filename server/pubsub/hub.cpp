@@ -42,7 +42,8 @@ void hub::offer_all(const event& e, bool wake) noexcept {
   }
 }
 
-publish_status hub::publish(std::string_view topic, std::string_view data_raw, history_id& id, bool wake) noexcept {
+publish_status hub::publish(std::string_view topic, std::string_view data_raw, history_id& id, bool wake,
+                            std::string_view idempotency_key) noexcept {
   if (crowded()) return publish_status::busy;
   auto made = _history.append(topic, monotonic_ns(), [&](std::string_view new_id, std::uint64_t seq) noexcept {
     event e;
@@ -54,8 +55,12 @@ publish_status hub::publish(std::string_view topic, std::string_view data_raw, h
     std::memcpy(id.bytes, new_id.data(), new_id.size());
     id.len = std::uint8_t(new_id.size());
     return std::move(e.frame);
-  });
+  }, idempotency_key);
   if (!made.ok) return publish_status::no_memory;
+  if (made.duplicate) {
+    id = _history.format_id(made.seq);  // the first publish's: nothing new to wake anyone for
+    return publish_status::ok;
+  }
   if (wake) wake_all();
   return publish_status::ok;
 }

@@ -49,8 +49,12 @@ class hub {
   /// Any thread. Frames `{"topic":..,"id":..,"data":<data_raw>}` once, appends it to the
   /// history and offers it to every shard; `id` receives the event's id. `topic` must be valid
   /// (proto/topic.hpp) and `data_raw` one JSON value (copied byte for byte). With `wake`
-  /// false the shards are not woken: call wake_all() after a batch.
-  publish_status publish(std::string_view topic, std::string_view data_raw, history_id& id, bool wake) noexcept;
+  /// false the shards are not woken: call wake_all() after a batch. With an
+  /// `idempotency_key` (valid, proto/envelope.hpp; empty: none), a key already published on
+  /// the topic within the history's idempotency window publishes nothing: ok, `id` receives
+  /// that publish's id (history::append checks and appends under one lock).
+  publish_status publish(std::string_view topic, std::string_view data_raw, history_id& id, bool wake,
+                         std::string_view idempotency_key = {}) noexcept;
   /// Any thread. Offers a ready frame to every shard for the subscribers of `topic`, outside
   /// the history (broadcast mode). `topic` must be static text.
   publish_status relay(pool::frame_ref frame, std::string_view topic) noexcept;

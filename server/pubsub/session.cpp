@@ -250,7 +250,7 @@ void session::client_pub(conn_id c) noexcept {
   history_id id;
   // A shard never waits on a crowded sibling: the hub refuses instead (two shards waiting on
   // each other's full inbox would wait forever).
-  if (_hub.publish(env.topic, env.data, id, true) != publish_status::ok) {
+  if (_hub.publish(env.topic, env.data, id, true, env.idempotency_key) != publish_status::ok) {
     n.client_pubs_unavailable.add();
     return client_error(c, proto::client_error::unavailable, env.topic, "pub");
   }
@@ -423,7 +423,7 @@ void session::bus_pub(conn_id c) noexcept {
     return client_error(c, proto::client_error::unavailable, _env->topic, "pub");
   }
   const std::uint64_t tag = std::uint64_t(f->number) << 32 | c;
-  if (!_bus->publish(_shard, tag, _env->topic, _env->data)) {
+  if (!_bus->publish(_shard, tag, _env->topic, _env->data, _env->idempotency_key)) {
     if (f->in_flight == 0) _pubs.erase(c);
     n.client_pubs_unavailable.add();
     return client_error(c, proto::client_error::unavailable, _env->topic, "pub");

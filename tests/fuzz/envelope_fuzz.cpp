@@ -5,7 +5,8 @@
 // is never bad_json, and one it refuses is never accepted (a refused message may be reported
 // as bad_request when that problem comes first). On success: views lie inside the input (or, for a string
 // written with escapes, the input has a backslash), topics are valid, `data` is itself valid
-// JSON without surrounding whitespace, and what the encoders make of the result parses back.
+// JSON without surrounding whitespace, a pub's idempotency key (only a pub's) is 1-128 bytes of
+// printable ASCII, and what the encoders make of the result parses back.
 
 #include <simdjson.h>
 
@@ -47,7 +48,8 @@ void check_view(std::string_view v, std::string_view input, bool input_has_escap
 }
 
 std::string describe(const envelope& e) {
-  std::string s = std::to_string(static_cast<int>(e.op)) + "|" + std::string(e.topic) + "|" + std::string(e.data);
+  std::string s = std::to_string(static_cast<int>(e.op)) + "|" + std::string(e.topic) + "|" + std::string(e.data) + "|" +
+                  std::string(e.idempotency_key);
   for (auto t : e.topics()) s += "|t:" + std::string(t);
   for (auto x : e.since()) s += "|s:" + std::string(x.topic) + "=" + std::string(x.id);
   return s;
@@ -72,12 +74,17 @@ void check_success(const envelope& e, std::string_view input) {
     check_view(e.topic, input, escape);
     WSPUSH_FUZZ_CHECK(!e.data.empty() && !is_ws(e.data.front()) && !is_ws(e.data.back()));
     check_view(e.data, input, false);  // data is never unescaped: always the input's bytes
+    // A key, when there is one, is what publishes take (1-128 bytes of printable ASCII).
+    WSPUSH_FUZZ_CHECK(e.idempotency_key.empty() || is_valid_idempotency_key(e.idempotency_key));
+    if (!e.idempotency_key.empty()) check_view(e.idempotency_key, input, escape);
     const auto d = dom_verdict(e.data);
     WSPUSH_FUZZ_CHECK(d == simdjson::SUCCESS || dom_unsure(d));
     const std::size_t n = encode_event(e.topic, "id", e.data, {out.data(), out.size()});
     WSPUSH_FUZZ_CHECK(n > 0 && n <= event_size_bound(e.topic, "id", e.data));
     const auto ev = dom_verdict({out.data(), n});
     WSPUSH_FUZZ_CHECK(ev == simdjson::SUCCESS || dom_unsure(ev));
+  } else if (!e.idempotency_key.empty()) {
+    WSPUSH_FUZZ_CHECK(false);  // only a pub keeps one
   } else if (e.op == client_op::auth) {
     WSPUSH_FUZZ_CHECK(!e.token.empty() && e.token.size() <= max_auth_token_bytes);
     check_view(e.token, input, escape);

@@ -7,7 +7,7 @@ rule docs/REDIS.md gives (read from it); two wspush nodes reach it with rediss:/
 
 - the rule is what Redis runs: an unauthenticated PING is refused (NOAUTH), the user may not
   touch a key outside wspush:* (NOPERM);
-- a subscriber on node A gets every publish made through node B (admin and a client's `pub`),
+- a subscriber on node A gets every publish made through node B (admin, keyed, and a client's `pub`),
   in order, once; a resume on B from what A saw replays the rest (the history over TLS too);
 - a node given another CA refuses the link: its log names the certificate check that failed,
   /readyz answers 503 with that reason, and it keeps trying (never plain text: there is no
@@ -119,6 +119,14 @@ async def delivery(a: ServerProcess, b: ServerProcess) -> None:
             eid = publish_ok(b, t, n)
             e = await recv_json(w)
             check(e == {"topic": t, "id": eid, "data": n}, f"event {n} through TLS: {e}")
+        # A publish with an idempotency key, twice: the rule lets the keyed function remember it.
+        req = lambda: urllib.request.Request(f"http://127.0.0.1:{admin_port(b)}/publish", data=json.dumps(
+            {"topic": topics[1], "data": "keyed", "idempotency_key": "tls-key-1"}).encode())
+        with urllib.request.urlopen(req(), timeout=scaled(10)) as r1, urllib.request.urlopen(req(), timeout=scaled(10)) as r2:
+            id1, id2 = json.loads(r1.read())["id"], json.loads(r2.read())["id"]
+        check(id1 == id2, f"a keyed publish sent twice as the ACL user: {id1} then {id2}")
+        e = await recv_json(w)
+        check(e == {"topic": topics[1], "id": id1, "data": "keyed"}, f"the keyed event: {e}")
         wb = await connect(b)
         try:
             await wb.send(json.dumps({"op": "pub", "topic": topics[0], "data": "from b"}))

@@ -44,11 +44,12 @@ def shard_of(topic: str, shards: int) -> int:
 
 # ---- nodes and clients ------------------------------------------------------------------------
 
-def node(args, bus: str, what: str = "a node did not come up on the bus") -> ServerProcess:
-    """A node on `bus` (two shards, a long history, clients may publish), once it is up on
-    every Redis of the bus and ready."""
+def node(args, bus: str, what: str = "a node did not come up on the bus", extra=()) -> ServerProcess:
+    """A node on `bus` (two shards, a long history, clients may publish, then `extra`), once it
+    is up on every Redis of the bus and ready."""
     s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                      extra=["--bus", bus, "--threads", "2", "--history-size", "1000", "--allow-client-publish"]).start()
+                      extra=["--bus", bus, "--threads", "2", "--history-size", "1000", "--allow-client-publish",
+                             *extra]).start()
     check(poll_until(lambda: metric(s, "wspush_bus_up") == 1 and readyz(s) == 200, scaled(20)), what + "\n" + s.log_tail())
     return s
 

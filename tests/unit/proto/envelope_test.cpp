@@ -117,6 +117,33 @@ TEST_CASE("envelope: fields of another op are checked, then ignored", "[envelope
   CHECK(f.error_of(R"({"op":"pub","topic":"t","data":1,"since":{"a":1}})") == client_error::bad_request);
 }
 
+TEST_CASE("envelope: a pub's idempotency key", "[envelope]") {
+  fixture f;
+  REQUIRE(f.parse(R"({"op":"pub","topic":"t","data":1,"idempotency_key":"order-17 retry"})").ok());
+  CHECK(f.env.idempotency_key == "order-17 retry");
+  CHECK(f.inside(f.env.idempotency_key));
+  REQUIRE(f.parse(R"({"op":"pub","topic":"t","data":1})").ok());
+  CHECK(f.env.idempotency_key.empty());  // none: the previous message's is not kept
+  const std::string longest(max_idempotency_key_bytes, 'k');
+  REQUIRE(f.parse(R"({"op":"pub","topic":"t","data":1,"idempotency_key":")" + longest + "\"}").ok());
+  CHECK(f.env.idempotency_key == longest);
+  const auto r = f.parse(R"({"op":"pub","topic":"t","data":1,"idempotency_key":")" + longest + "k\"}");
+  CHECK(r.error == client_error::bad_request);
+  CHECK(r.message.find("idempotency_key") != std::string_view::npos);
+  for (const char* bad : {R"({"op":"pub","topic":"t","data":1,"idempotency_key":""})",
+                          R"({"op":"pub","topic":"t","data":1,"idempotency_key":17})",
+                          R"({"op":"pub","topic":"t","data":1,"idempotency_key":"\u00e9"})",
+                          R"({"op":"pub","topic":"t","data":1,"idempotency_key":"a\nb"})",
+                          R"({"op":"pub","topic":"t","data":1,"idempotency_key":"a","idempotency_key":"b"})"})
+    CHECK(f.error_of(bad) == client_error::bad_request);
+  // Written with escapes: unescaped, then checked.
+  REQUIRE(f.parse(R"({"op":"pub","topic":"t","data":1,"idempotency_key":"\u0041b"})").ok());
+  CHECK(f.env.idempotency_key == "Ab");
+  // Another op's: checked, then ignored.
+  REQUIRE(f.parse(R"({"op":"sub","topics":["a"],"idempotency_key":"k"})").ok());
+  CHECK(f.env.idempotency_key.empty());
+}
+
 TEST_CASE("envelope: strings written with escapes are unescaped", "[envelope]") {
   fixture f;
   REQUIRE(f.parse(R"({"\u006fp":"s\u0075b","topics":["mailbox:\u0034\u0032"],"since":{"mailbox:\u00342":"a\"b"}})").ok());

@@ -63,7 +63,7 @@ namespace {
 struct quiet_sink : publish_sink {
   int calls = 0;
   std::size_t last_data = 0;
-  publish_outcome publish(std::string_view, std::string_view data) noexcept override {
+  publish_outcome publish(std::string_view, std::string_view data, std::string_view) noexcept override {
     ++calls;
     last_data = data.size();
     return {publish_outcome::ok, "k3f9:123456"};

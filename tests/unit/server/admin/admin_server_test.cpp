@@ -117,6 +117,41 @@ TEST_CASE("admin server: bad publishes get 400 with a JSON error and never reach
   CHECK(c.request("POST", "/publish", publish_body(long_topic.substr(1), "1")).status == 200);
 }
 
+TEST_CASE("admin server: an idempotency key reaches the sink and a bad one is 400 with a reason", "[admin]") {
+  fixture f;
+  http_client c(f.port());
+  CHECK(c.request("POST", "/publish", R"({"topic":"t","data":1,"idempotency_key":"order-17"})").status == 200);
+  CHECK(c.request("POST", "/publish", R"({"idempotency_key":"\u0041b","topic":"t","data":2})").status == 200);
+  CHECK(c.request("POST", "/publish", R"({"topic":"t","data":3})").status == 200);
+  const std::string longest(128, 'k');
+  CHECK(c.request("POST", "/publish", R"({"topic":"t","data":4,"idempotency_key":")" + longest + "\"}").status == 200);
+  const auto keys = [&] {
+    std::lock_guard lock(f.sink.mu);
+    return f.sink.keys;
+  }();
+  CHECK(keys == std::vector<std::string>{"order-17", "Ab", "", longest});
+  for (const std::string& body :
+       {R"({"topic":"t","data":1,"idempotency_key":")" + longest + "k\"}", std::string(R"({"topic":"t","data":1,"idempotency_key":""})"),
+        std::string(R"({"topic":"t","data":1,"idempotency_key":7})"),
+        std::string(R"({"topic":"t","data":1,"idempotency_key":"\u00e9"})"),
+        std::string(R"({"topic":"t","data":1,"idempotency_key":"a","idempotency_key":"b"})")}) {
+    INFO(body);
+    const http_response r = c.request("POST", "/publish", body);
+    CHECK(r.status == 400);
+    CHECK(r.body.find("idempotency_key") != std::string::npos);
+  }
+  // Each line of a batch has its own.
+  const http_response r = c.request("POST", "/publish/batch",
+                                    R"({"topic":"a","data":1,"idempotency_key":"k1"})" "\n"
+                                    R"({"topic":"a","data":1,"idempotency_key":")" + longest + "k\"}\n" +
+                                    R"({"topic":"b","data":1})");
+  CHECK(r.body == R"({"results":[{"id":"k3f9:5"},{"error":"bad_request"},{"id":"k3f9:6"}]})");
+  std::lock_guard lock(f.sink.mu);
+  CHECK(f.sink.keys.size() == 6);
+  CHECK(f.sink.keys[4] == "k1");
+  CHECK(f.sink.keys[5].empty());
+}
+
 TEST_CASE("admin server: the sink's refusals map to 400 and 503", "[admin]") {
   fixture f;
   http_client c(f.port());

@@ -30,13 +30,15 @@ namespace wspush::test {
 struct recording_sink : server::publish_sink {
   std::mutex mu;
   std::vector<std::pair<std::string, std::string>> calls;
+  std::vector<std::string> keys;  // each call's idempotency key ("": none)
   int batches = 0;
   int next_id = 0;
   std::string id;
 
-  server::publish_outcome publish(std::string_view topic, std::string_view data) noexcept override {
+  server::publish_outcome publish(std::string_view topic, std::string_view data, std::string_view key) noexcept override {
     std::lock_guard lock(mu);
     calls.emplace_back(topic, data);
+    keys.emplace_back(key);
     if (topic.substr(0, 4) == "down") return {server::publish_outcome::unavailable, {}};
     if (topic.substr(0, 4) == "deny") return {server::publish_outcome::bad_request, "forbidden"};
     id = "k3f9:" + std::to_string(++next_id);
@@ -73,7 +75,7 @@ struct deferred_sink : server::publish_sink {
   std::string text;
   std::atomic<bool> is_stalled{false};
 
-  server::publish_outcome publish(std::string_view topic, std::string_view) noexcept override {
+  server::publish_outcome publish(std::string_view topic, std::string_view, std::string_view) noexcept override {
     std::lock_guard lock(mu);
     if (topic.substr(0, 3) == "now") return {server::publish_outcome::ok, "k3f9:now"};
     entries.push_back({entries.size() + 1, std::string(topic)});

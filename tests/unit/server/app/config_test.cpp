@@ -77,6 +77,16 @@ TEST_CASE("config: bad input is refused with a message naming the option") {
   CHECK(d.redis_wait_ms == 250);
 }
 
+TEST_CASE("config: --idempotency-window is 300 s unless said otherwise and at least 1 s") {
+  CHECK(parse({}).idempotency_window == 300);
+  CHECK(parse({"--idempotency-window", "60"}).idempotency_window == 60);
+  CHECK(parse({"--idempotency-window=1.5"}).idempotency_window == 1.5);
+  CHECK_THROWS_WITH(parse({"--idempotency-window", "0.5"}), Catch::Contains("--idempotency-window"));
+  CHECK_THROWS_WITH(parse({"--idempotency-window", "0"}), Catch::Contains("--idempotency-window"));
+  CHECK_THROWS_WITH(parse({"--idempotency-window", "soon"}), Catch::Contains("--idempotency-window"));
+  CHECK_THAT(help_text(), Catch::Contains("--idempotency-window SECONDS") && Catch::Contains("[default: 300]"));
+}
+
 TEST_CASE("config: --kernel-tls is auto unless said otherwise") {
   CHECK(parse({}).kernel_tls == kernel_tls_mode::automatic);
   CHECK(parse({"--kernel-tls=off"}).kernel_tls == kernel_tls_mode::off);

@@ -429,3 +429,81 @@ TEST_CASE("history: concurrent appends and replays stay ordered and consistent")
   CHECK(s.evicted_memory > 0);
   CHECK(s.evicted_size > 0);
 }
+
+namespace {
+
+/// A keyed append at `now`: its seq, and whether it was a duplicate (then nothing was framed).
+std::pair<std::uint64_t, bool> keyed(history& h, framer& f, std::string_view topic, std::string_view key,
+                                     std::uint64_t now, int& made) {
+  f.topic = topic;
+  const append_result r = h.append(topic, now, [&](std::string_view id, std::uint64_t) {
+    ++made;
+    return f.frame(id);
+  }, key);
+  REQUIRE(r.ok);
+  return {r.seq, r.duplicate};
+}
+
+}  // namespace
+
+TEST_CASE("history: an idempotency key appends once per topic within the window") {
+  history_options o = opts();
+  o.idempotency_window_ns = 10 * sec;
+  history h(o);
+  framer f;
+  int made = 0;
+  const auto first = keyed(h, f, "t", "k", 1 * sec, made);
+  CHECK_FALSE(first.second);
+  CHECK(keyed(h, f, "t", "k", 5 * sec, made) == std::pair{first.first, true});  // within: the first's seq
+  CHECK(made == 1);
+  const auto other_topic = keyed(h, f, "u", "k", 5 * sec, made);  // the same key, another topic: its own
+  CHECK_FALSE(other_topic.second);
+  CHECK_FALSE(keyed(h, f, "t", "k2", 5 * sec, made).second);
+  CHECK(keyed(h, f, "t", "", 5 * sec, made).second == false);  // no key: always published
+  CHECK(keyed(h, f, "t", "", 5 * sec, made).second == false);
+  CHECK(made == 5);
+  // Out of the window (10 s after the first): published again, and remembered anew.
+  const auto again = keyed(h, f, "t", "k", 11 * sec, made);
+  CHECK_FALSE(again.second);
+  CHECK(again.first > first.first);
+  CHECK(keyed(h, f, "t", "k", 12 * sec, made) == std::pair{again.first, true});
+  CHECK(h.stats().duplicates == 2);
+  // Keys out of the window are forgotten by the next keyed append of their part.
+  keyed(h, f, "t", "k3", 30 * sec, made);
+  CHECK(h.stats().idempotency_keys <= 2);
+}
+
+TEST_CASE("history: idempotency keys are bounded: past a part's share the oldest is forgotten") {
+  history_options o = opts();
+  o.parts = 1;
+  o.idempotency_keys = 4;
+  history h(o);
+  framer f;
+  int made = 0;
+  for (int k = 0; k < 10; ++k) keyed(h, f, "t", "k" + std::to_string(k), sec, made);
+  CHECK(h.stats().idempotency_keys == 4);
+  CHECK(keyed(h, f, "t", "k9", sec, made).second);        // among the newest: remembered
+  CHECK_FALSE(keyed(h, f, "t", "k0", sec, made).second);  // forgotten: a retry this late publishes again
+  CHECK(h.stats().idempotency_keys == 4);
+}
+
+TEST_CASE("history: one key from many threads at once appends once") {
+  history h(opts());
+  std::atomic<int> made{0};
+  std::vector<std::uint64_t> seqs(8);
+  std::vector<std::thread> threads;
+  pool::buffer_pool buffers;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      const append_result r = h.append("t", 0, [&](std::string_view, std::uint64_t) {
+        ++made;
+        pool::lease l = buffers.acquire(8);
+        l.set_size(1);
+        return pool::frame_ref::adopt(std::move(l));
+      }, "same");
+      seqs[t] = r.ok ? r.seq : 0;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(made == 1);
+  for (std::uint64_t s : seqs) CHECK(s == seqs[0]);
+}

@@ -111,3 +111,20 @@ TEST_CASE("hub: relay hands a ready frame to every port, outside the history") {
   CHECK(text(b.got[0].frame.bytes()) == "\x81\x02hi");
   CHECK(h.events().stats().entries == 0);
 }
+
+TEST_CASE("hub: a publish with an idempotency key seen on the topic is answered with the first id and not offered") {
+  pool::buffer_pool buffers;
+  hub h(history_options{.epoch = "e1"}, buffers);
+  fake_port a;
+  h.attach({&a});
+  history_id id;
+  REQUIRE(h.publish("t", "1", id, true, "order-17") == publish_status::ok);
+  const std::string first(id.view());
+  REQUIRE(h.publish("t", "1", id, true, "order-17") == publish_status::ok);
+  CHECK(id.view() == first);
+  CHECK(a.got.size() == 1);
+  CHECK(a.wakes == 1);  // nothing new: nobody woken
+  REQUIRE(h.publish("u", "1", id, true, "order-17") == publish_status::ok);  // another topic: its own event
+  CHECK(a.got.size() == 2);
+  CHECK(h.events().stats().duplicates == 1);
+}

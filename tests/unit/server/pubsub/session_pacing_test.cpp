@@ -53,7 +53,7 @@ class recording_bus final : public bus_port {
     mores.push_back({shard, request, room});
   }
   bool readable_since(std::string_view) const noexcept override { return true; }
-  bool publish(std::uint32_t, std::uint64_t tag, std::string_view, std::string_view) noexcept override {
+  bool publish(std::uint32_t, std::uint64_t tag, std::string_view, std::string_view, std::string_view) noexcept override {
     if (take_pubs) pub_tags.push_back(tag);
     return take_pubs;
   }
