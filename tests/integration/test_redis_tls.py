@@ -12,7 +12,10 @@ rule docs/REDIS.md gives (read from it); two wspush nodes reach it with rediss:/
 - a node given another CA refuses the link: its log names the certificate check that failed,
   /readyz answers 503 with that reason, and it keeps trying (never plain text: there is no
   plain port to fall back to);
-- a node with a wrong password: /readyz 503 whose reason says the credentials are wrong.
+- a node with a wrong password: /readyz 503 whose reason says the credentials are wrong;
+- rediss-cluster://: a Redis Cluster of three masters with TLS ports (the cluster bus and
+  replication over TLS too): a node reaches every master over TLS (CLUSTER SLOTS answers a TLS
+  client with the TLS ports) and delivers on topics of each.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
@@ -26,8 +29,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_bus import connect, readyz, resume_on_other_node  # noqa: E402
-from wsp_redis import Pki, RedisServer, _encode, _read_resp, free_port  # noqa: E402
+from wsp_bus import connect, readyz, resume_on_other_node, slot_of  # noqa: E402
+from wsp_redis import Pki, RedisCluster, RedisServer, _encode, _read_resp, free_port  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, admin_port, arg_parser, check, metric, poll_until,  # noqa: E402
                          publish_ok, recv_json, run_main, scaled, subscribe)
 
@@ -162,6 +165,41 @@ def wrong_password(args, pki: Pki, port: int) -> None:
         s.kill()
 
 
+async def cluster_over_tls(args, pki: Pki) -> None:
+    cluster = RedisCluster(masters=3, replicas=0, persistent=False, pki=pki).start()
+    s = None
+    try:
+        s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                          extra=["--bus", cluster.tls_url, "--threads", "2", "--redis-tls-ca", pki.ca[1]]).start()
+        check(poll_until(lambda: metric(s, "wspush_bus_up") == 1 and readyz(s) == 200, scaled(30)),
+              "a node did not come up on a cluster over TLS\n" + s.log_tail())
+        # A topic on each master.
+        topics, masters = [], set()
+        for k in range(1000):
+            t = f"mailbox:tls-cluster:{k}"
+            port = cluster.node_of(slot_of(t)).port
+            if port not in masters:
+                masters.add(port)
+                topics.append(t)
+            if len(masters) == 3:
+                break
+        check(len(topics) == 3, f"topics on {len(masters)} masters only")
+        w = await connect(s)
+        try:
+            await subscribe(w, topics)
+            for t in topics:
+                eid = publish_ok(s, t, t)
+                e = await recv_json(w)
+                check(e == {"topic": t, "id": eid, "data": t}, f"over TLS through the cluster: {e}")
+        finally:
+            await w.close()
+        check(not s.crashed(), "the node crashed\n" + s.log_tail())
+    finally:
+        if s is not None:
+            s.kill()
+        cluster.close()
+
+
 def main(args) -> None:
     if shutil.which("openssl") is None:
         raise AssertionError("openssl is needed (Debian package openssl)")
@@ -179,6 +217,7 @@ def main(args) -> None:
         f.step("two nodes over TLS: every publish, in order, once; a resume", lambda: asyncio.run(delivery(a, b)))
         f.step("another CA: refused, named in the log and /readyz", lambda: wrong_ca(args, pki, port))
         f.step("a wrong password: /readyz says so", lambda: wrong_password(args, pki, port))
+        f.step("rediss-cluster://: three masters over TLS", lambda: asyncio.run(cluster_over_tls(args, pki)))
         for s in (a, b):
             check(not s.crashed(), "a node crashed\n" + s.log_tail())
         check(not rs.crashed(), f"redis-server crashed (exit {rs.proc.returncode})")

@@ -117,15 +117,32 @@ class RedisCluster:
     cluster_state:ok and every slot is served."""
 
     def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000, persistent: bool = True,
-                 extra: "tuple[str, ...]" = (), cpu: Optional[str] = None):
+                 extra: "tuple[str, ...]" = (), cpu: Optional[str] = None, pki: "Optional[Pki]" = None):
         if shutil.which("redis-cli") is None:
             raise AssertionError("redis-cli is needed (Debian package redis-tools)")
         self.replicas = replicas
-        self.nodes = [RedisServer(port=reserve_cluster_port(), persistent=persistent, cpu=cpu,
-                                  extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                         "--cluster-node-timeout", str(node_timeout_ms),
-                                         "--repl-diskless-sync-delay", "0", *extra))
-                      for _ in range(masters * (1 + replicas))]
+        self.nodes = []
+        self.tls_ports: "list[int]" = []
+        for _ in range(masters * (1 + replicas)):
+            port = reserve_cluster_port()
+            tls = ()
+            if pki is not None:
+                # A TLS port beside the plain one (which the test reads the cluster on), the
+                # cluster bus and replication over TLS: CLUSTER SLOTS answers a TLS client with
+                # the TLS ports.
+                self.tls_ports.append(free_port())
+                tls = ("--tls-port", str(self.tls_ports[-1]), "--tls-cert-file", pki.server[1],
+                       "--tls-key-file", pki.server[0], "--tls-ca-cert-file", pki.ca[1], "--tls-auth-clients", "no",
+                       "--tls-cluster", "yes", "--tls-replication", "yes", "--cluster-port", str(port + 10000))
+            self.nodes.append(RedisServer(port=port, persistent=persistent, cpu=cpu,
+                                          extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                                 "--cluster-node-timeout", str(node_timeout_ms),
+                                                 "--repl-diskless-sync-delay", "0", *tls, *extra)))
+
+    @property
+    def tls_url(self) -> str:
+        """Every node's TLS port as a seed (pki given)."""
+        return "rediss-cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.tls_ports)
 
     @property
     def url(self) -> str:
