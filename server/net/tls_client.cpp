@@ -9,21 +9,11 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "server/net/tls_context.hpp"
+
 namespace wspush::server {
 
 namespace {
-
-/// OpenSSL's queued errors, for the user; the queue is left empty.
-std::string queued_errors() {
-  std::string out;
-  char buf[256];
-  while (unsigned long e = ERR_get_error()) {
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out;
-}
 
 bool is_ip(const std::string& host) {
   unsigned char b[16];
@@ -35,9 +25,9 @@ bool is_ip(const std::string& host) {
 tls_client_context::tls_client_context(const tls_client_files& files) {
   ERR_clear_error();
   _ctx = SSL_CTX_new(TLS_client_method());
-  if (_ctx == nullptr) throw std::runtime_error("TLS to Redis: " + queued_errors());
+  if (_ctx == nullptr) throw std::runtime_error("TLS to Redis: " + openssl_errors());
   auto fail = [&](const std::string& what) {
-    std::string msg = what + ": " + queued_errors();
+    std::string msg = what + ": " + openssl_errors();
     SSL_CTX_free(_ctx);
     _ctx = nullptr;
     throw std::runtime_error(msg);
@@ -71,7 +61,7 @@ bool tls_client_stream::start(const tls_client_context& ctx, int fd, const std::
   ERR_clear_error();
   _ssl = SSL_new(ctx.get());
   if (_ssl == nullptr || SSL_set_fd(_ssl, fd) != 1) {
-    why = "TLS: " + queued_errors();
+    why = "TLS: " + openssl_errors();
     reset();
     return false;
   }
@@ -80,7 +70,7 @@ bool tls_client_stream::start(const tls_client_context& ctx, int fd, const std::
   const bool named = is_ip(host) ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) == 1
                                  : SSL_set1_host(_ssl, host.c_str()) == 1 && SSL_set_tlsext_host_name(_ssl, host.c_str()) == 1;
   if (!named) {
-    why = "TLS: cannot check the certificate against " + host + ": " + queued_errors();
+    why = "TLS: cannot check the certificate against " + host + ": " + openssl_errors();
     reset();
     return false;
   }
@@ -131,10 +121,9 @@ tls_client_stream::io tls_client_stream::outcome(int rc, std::string& why) noexc
     default: break;
   }
   try {
-    std::string detail = queued_errors();
+    why = "TLS: " + openssl_errors();
     const long verify = SSL_get_verify_result(_ssl);
-    if (verify != X509_V_OK) detail += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
-    why = "TLS: " + (detail.empty() ? std::string("failed") : detail);
+    if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
   } catch (...) {
   }
   return io::failed;

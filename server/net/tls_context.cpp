@@ -26,17 +26,6 @@ constexpr const char* tls12_ciphers =
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 constexpr const char* groups = "X25519:P-256:P-384";
 
-std::string openssl_errors() {
-  std::string out;
-  char buf[256];
-  while (unsigned long e = ERR_get_error()) {
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out.empty() ? "unknown OpenSSL error" : out;
-}
-
 int ctx_keys_index() {
   static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
   return index;
@@ -104,6 +93,17 @@ std::string describe(SSL_CTX* ctx) {
 }
 
 }  // namespace
+
+std::string openssl_errors() {
+  std::string out;
+  char buf[256];
+  while (unsigned long e = ERR_get_error()) {
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown OpenSSL error" : out;
+}
 
 // ---- ticket keys --------------------------------------------------------------------------
 

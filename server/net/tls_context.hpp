@@ -16,6 +16,10 @@ typedef struct ssl_ctx_st SSL_CTX;
 
 namespace wspush::server {
 
+/// OpenSSL's queued errors, joined for the user ("unknown OpenSSL error" when none is queued);
+/// the queue is left empty.
+std::string openssl_errors();
+
 struct tls_files {
   std::string cert;  ///< PEM: the certificate, then its chain
   std::string key;   ///< PEM: the private key
