@@ -234,8 +234,16 @@ bool note_header(std::string_view name, std::string_view raw, upgrade_request& o
       f.connection_upgrade |= list_has_token(raw, "upgrade");
       return true;
     case 13:
-      if (!iequals_name(name, "if-none-match")) return false;
-      if (out.if_none_match.empty()) out.if_none_match = trim_ows(raw);
+      if (iequals_name(name, "if-none-match")) {
+        if (out.if_none_match.empty()) out.if_none_match = trim_ows(raw);
+        return true;
+      }
+      if (iequals_name(name, "last-event-id")) {
+        if (out.last_event_id.empty()) out.last_event_id = trim_ows(raw);
+        return true;
+      }
+      if (!iequals_name(name, "authorization")) return false;
+      if (out.authorization.empty()) out.authorization = trim_ows(raw);
       return true;
     case 17:
       if (!iequals_sec_name(name, "sec-websocket-key")) return false;
@@ -304,9 +312,9 @@ upgrade_result finish_head(fault first, const header_facts& facts, std::size_t e
   if (first == fault::none) first = decide(out, facts);
   if (first != fault::none) return fail(first);
   const auto consumed = static_cast<std::uint32_t>(end);
-  if (!facts.has_upgrade) return {upgrade_outcome::plain_http, 0, consumed, "plain HTTP request"};
   out.token = query_token(out.query);
   if (out.token.empty()) out.token = facts.cookie_token;
+  if (!facts.has_upgrade) return {upgrade_outcome::plain_http, 0, consumed, "plain HTTP request"};
   return {upgrade_outcome::websocket, 101, consumed, "websocket upgrade"};
 }
 

@@ -19,6 +19,8 @@ struct upgrade_request {
 
   std::string_view method, target, path, query, host, key, version, origin, protocol;
   std::string_view if_none_match;  // a plain GET's conditional (the first one)
+  std::string_view last_event_id;  // an event stream's resume point (the first one)
+  std::string_view authorization;  // the first Authorization header's value
   std::string_view token;  // `token` query parameter, else the `wspush_token` cookie; empty if neither
   /// The Sec-WebSocket-Extensions values in order (OWS trimmed), the first
   /// max_extension_headers of them; `extension_headers` counts them all, so more than that

@@ -96,6 +96,16 @@ const std::vector<option>& options() {
            bad("ws-path", v, "a path starting with / (no query)");
          c.conn.ws_path = v;
        }},
+      {"sse-path", "PATH|off",
+       "the path event streams are opened on (GET PATH?topics=a,b: Server-Sent Events for clients that cannot "
+       "use WebSocket; --mode=pubsub only); off: none",
+       [](const config& c) { return c.conn.sse_path.empty() ? std::string("off") : c.conn.sse_path; },
+       [](config& c, std::string_view v) {
+         if (v == "off") return c.conn.sse_path.clear();
+         if (v.empty() || v.front() != '/' || v.find_first_of("?# \t") != std::string_view::npos)
+           bad("sse-path", v, "a path starting with / (no query), or off");
+         c.conn.sse_path = v;
+       }},
       {"tls-cert", "FILE", "PEM certificate (then its chain) for TLS on the public listener: wss:// and https:// (with --tls-key; reloaded on SIGHUP)",
        [](const config& c) { return c.tls_cert.empty() ? std::string("(unset: plain ws://)") : c.tls_cert; },
        [](config& c, std::string_view v) { c.tls_cert = v; }},
@@ -347,6 +357,9 @@ config parse_config(int argc, char** argv) {
     throw config_error("--allow-client-publish is for --auth=none; with tokens the `pub` claim decides who may publish");
   if (c.conn.max_frame_bytes > c.conn.max_message_bytes) c.conn.max_frame_bytes = c.conn.max_message_bytes;
   c.conn.text_heartbeat = c.mode == app_mode::pubsub;
+  if (c.conn.sse_path == c.conn.ws_path)
+    throw config_error("--sse-path and --ws-path must differ: one path opens WebSockets, the other event streams");
+  if (c.mode != app_mode::pubsub) c.conn.sse_path.clear();  // streams speak the pub/sub protocol
   return c;
 }
 

@@ -16,6 +16,7 @@ struct conn_counters {
   relaxed_counter upgrades_ok, upgrades_bad_request, upgrades_unauthorized, upgrades_over_capacity,
       upgrades_timeout, upgrades_error;
   relaxed_counter in_state[conn_state_count];  // connections by state (free is not counted)
+  relaxed_counter streams_opened, streams_open;  // event streams (sse_phase): total, and now open
 };
 
 }  // namespace wspush::server

@@ -62,6 +62,11 @@ struct upgrade_job {
   std::int64_t exp = 0;
   bool heartbeat = false;      // ?heartbeat=1: keepalive as text
   std::uint8_t deflate = 0;    // permessage-deflate negotiated (1; 2: the offer named server_max_window_bits)
+  // An event stream (GET --sse-path): its topics (percent-decoded, each followed by a LF) and
+  // its positions (the stream id to resume from, or empty), written behind the request bytes.
+  bool sse = false;
+  std::uint8_t sse_topic_count = 0;
+  std::uint32_t sse_at = 0, sse_topics_len = 0, sse_since_len = 0;
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   const char* reason = "";     // static text for the error body
   std::uint32_t reason_len = 0;
@@ -101,6 +106,7 @@ union rx_hold {
 /// Extensions a connection negotiated (connection::ext).
 enum conn_ext : std::uint8_t {
   ext_deflate = 1 << 0,  // permessage-deflate: RSV1 messages in, compressed twins out
+  ext_sse = 1 << 1,      // an event stream (sse_phase.hpp), not a WebSocket
 };
 
 /// Budget: 32 bytes (plus the loop's 16 for the slot's links), so a million idle connections

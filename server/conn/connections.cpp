@@ -19,7 +19,7 @@ namespace wspush::server {
 connections::connections(const conn_options& o, loop_ops& l, transport& t, application& app,
                          pool::buffer_pool& buffers, std::atomic<std::uint32_t>& open_count)
     : _o(o), _loop(l), _transport(t), _app(app), _buffers(buffers), _open_count(open_count), _http(*this, _ws),
-      _ws(*this) {
+      _ws(*this), _sse(*this) {
   _iov.resize(IOV_MAX);
   _release_later.reserve(64);
   _stalls.reserve(64);
@@ -91,6 +91,10 @@ void connections::on_plaintext(conn_token t, std::span<std::uint8_t> bytes) noex
   std::uint32_t slot = lookup(t);
   if (slot == no_index) return;
   connection& c = _table.at(slot);
+  if (c.ext & ext_sse) {  // a stream's client has nothing to say: one that speaks is not one
+    if (c.state == conn_state::open) close_now(slot);
+    return;
+  }
   switch (c.state) {
     case conn_state::upgrading: return _http.on_bytes(slot, bytes);
     case conn_state::upgrade_pending: return _http.on_early_bytes(slot, bytes);
@@ -149,7 +153,14 @@ bool connections::queue(std::uint32_t slot, pool::frame_ref f, bool control) noe
   connection& c = _table.at(slot);
   if (!f || c.state == conn_state::free || c.state == conn_state::dead) return false;
   if ((c.ext & ext_deflate) && f.has_twin()) f = f.twin();  // the compressed frame of the same message
+  bool end_after = false;
+  if (c.ext & ext_sse) {  // the same messages as events
+    f = _in_batch && _sse.stateless(slot) ? _sse.shared(f) : _sse.render(slot, f, end_after);
+    if (!f) return close_now(slot), false;
+    if (f.bytes().empty()) return true;  // nothing of it has a form on a stream
+  }
   if (!c.tx.push(_buffers, std::move(f))) return close_now(slot), false;
+  if (end_after) return end_stream(slot), true;
   if (!control && c.state == conn_state::open) {
     switch (c.tx.judge(_o.max_pending_bytes, stuck(c))) {
       case out_queue::verdict::ok: break;
@@ -332,6 +343,7 @@ send_counts connections::send_all(std::span<const conn_id> cs, const pool::frame
   }
   _in_batch = false;
   _n.messages_out.add(n.queued * messages);
+  _sse.end_batch();
   for (std::size_t k = 0; k < _release_later.size(); ++k) release(_release_later[k]);
   _release_later.clear();
   return n;
@@ -362,6 +374,23 @@ void connections::pause_reading(std::uint32_t slot) noexcept {
 }
 
 void connections::opened(std::uint32_t slot) noexcept { _table.at(slot).flags |= flag_app_open; }
+
+void connections::stream_opened(std::uint32_t slot) noexcept {
+  _table.at(slot).ext |= ext_sse;
+  _n.streams_opened.add();
+  _n.streams_open.add();
+}
+
+/// A stream whose `sub` was refused: the refusal (queued) is its last event.
+void connections::end_stream(std::uint32_t slot) noexcept {
+  connection& c = _table.at(slot);
+  if (c.state != conn_state::open) return;
+  set_state(slot, conn_state::closing);
+  c.flags |= flag_close_when_flushed;
+  stop_reading(slot);
+  _loop.arm(slot, _loop.ticks_for(_o.close_timeout));
+  list(slot);
+}
 
 void connections::negotiated_deflate(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);
@@ -406,6 +435,10 @@ void connections::release(std::uint32_t slot) noexcept {
   c.tx.clear();
   leave_count(c);
   if (c.ext & ext_deflate) _compression->left();
+  if (c.ext & ext_sse) {
+    _sse.forget(slot);
+    _n.streams_open.sub();
+  }
   c.ext = 0;
   if (c.flags & flag_app_open) _app.on_close(slot);
   set_state(slot, conn_state::free);

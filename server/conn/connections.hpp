@@ -27,6 +27,7 @@
 #include "server/conn/conn_table.hpp"
 #include "server/conn/connection.hpp"
 #include "server/conn/http_phase.hpp"
+#include "server/conn/sse_phase.hpp"
 #include "server/conn/ws_phase.hpp"
 #include "server/net/transport.hpp"
 #include "server/reactor/inbox.hpp"
@@ -91,8 +92,13 @@ class connections final : public loop_handler,
   bool is_open(conn_id c) const noexcept override;
   std::size_t unsent_bytes(conn_id c) const noexcept override;
   void expiry_changed(conn_id c) noexcept override { _ws.rearm(c); }
-  void hold(conn_id c) noexcept override { _ws.hold(c); }
-  void resume(conn_id c) noexcept override { _ws.resume(c); }
+  // A stream's client sends nothing after its request: there is nothing to hold.
+  void hold(conn_id c) noexcept override {
+    if (!(_table.at(c).ext & ext_sse)) _ws.hold(c);
+  }
+  void resume(conn_id c) noexcept override {
+    if (!(_table.at(c).ext & ext_sse)) _ws.resume(c);
+  }
   pool::buffer_pool& buffers() noexcept override { return _buffers; }
   bool compresses(conn_id c) const noexcept override {
     return c < _table.capacity() && (_table.at(c).ext & ext_deflate) != 0;
@@ -132,6 +138,9 @@ class connections final : public loop_handler,
   void pause_reading(std::uint32_t slot) noexcept;
   /// The application took the connection (after a successful on_open).
   void opened(std::uint32_t slot) noexcept;
+  /// The connection is an event stream from here on (its 200 is queued).
+  void stream_opened(std::uint32_t slot) noexcept;
+  sse_phase& sse() noexcept { return _sse; }
   bool draining() const noexcept { return _draining; }
   /// A connection whose unsent output stays over --max-pending-bytes while the kernel takes none
   /// of it for this long is a slow consumer, whatever the size of the frames that fill it
@@ -155,6 +164,7 @@ class connections final : public loop_handler,
   void release(std::uint32_t slot) noexcept;
   void leave_count(connection& c) noexcept;
   void refuse_over_capacity(int fd) noexcept;
+  void end_stream(std::uint32_t slot) noexcept;
 
   const conn_options& _o;
   loop_ops& _loop;
@@ -166,6 +176,7 @@ class connections final : public loop_handler,
   conn_table _table;
   http_phase _http;
   ws_phase _ws;
+  sse_phase _sse;
   std::vector<iovec> _iov;                // flush scratch
   std::vector<std::uint32_t> _release_later;  // slots that died during a send_all
   /// A connection over the bound whose send the kernel did not finish, and since when (tick)

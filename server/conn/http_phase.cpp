@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "proto/sse.hpp"
+#include "proto/topic.hpp"
 #include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
 #include "server/conn/compression.hpp"
@@ -35,6 +37,7 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
     case proto::upgrade_outcome::need_more: return;
     case proto::upgrade_outcome::error: return answer(slot, r.status, r.reason);
     case proto::upgrade_outcome::plain_http:
+      if (!_c.options().sse_path.empty() && req.path == _c.options().sse_path) return open_stream(slot, req, r.consumed);
       if (req.path == _c.options().ws_path)
         return answer(slot, 426, "This is a WebSocket endpoint: connect with Upgrade: websocket\n",
                       "Upgrade: websocket\r\n");
@@ -53,6 +56,76 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
       return dispatch(slot);
     }
   }
+}
+
+/// `GET --sse-path?topics=a,b[&since=ID][&token=T]`: the topics and positions are checked and
+/// decoded here, behind the request bytes; the token (query, cookie or `Authorization: Bearer`)
+/// and the grants are the worker's, as for an upgrade.
+void http_phase::open_stream(std::uint32_t slot, const proto::upgrade_request& req, std::uint32_t consumed) noexcept {
+  if (req.method != "GET") return answer(slot, 405, "an event stream is opened with GET\n", "Allow: GET\r\n");
+  upgrade_job_ref& job = _c.at(slot).rx.job;
+  if (job->len != consumed) return answer(slot, 400, "nothing may follow an event stream's request\n");
+  std::string_view token = req.token;
+  auto bearer = [](std::string_view v) {  // `Bearer` is case-insensitive (RFC 9110 auth-scheme)
+    constexpr std::string_view scheme = "bearer ";
+    if (v.size() <= scheme.size()) return std::string_view{};
+    for (std::size_t i = 0; i < scheme.size(); ++i)
+      if ((v[i] | 0x20) != scheme[i]) return std::string_view{};
+    return v.substr(scheme.size());
+  };
+  if (token.empty()) token = bearer(req.authorization);
+  const std::string_view topics = proto::query_value(req.query, "topics");
+  const bool from_header = !req.last_event_id.empty();
+  const std::string_view since = from_header ? req.last_event_id : proto::query_value(req.query, "since");
+  if (topics.empty()) return answer(slot, 400, "name the stream's topics: ?topics=mailbox:42,team:7\n");
+  auto offset = [&](std::string_view part) {
+    return part.empty() ? 0u : std::uint32_t(part.data() - reinterpret_cast<const char*>(job.tail()));
+  };
+  const std::uint32_t topics_at = offset(topics), since_at = offset(since);
+  job->token_at = offset(token), job->token_len = std::uint32_t(token.size());
+  // Decoded, they are no longer than on the wire; one LF more per topic.
+  const std::uint32_t at = job->len;
+  const std::size_t room = topics.size() + proto::max_sse_topics + since.size();
+  if (!job.reserve_tail(job->len, job->len + room)) return _c.close_now(slot);
+  char* const base = reinterpret_cast<char*>(job.tail());
+  const std::string_view raw_topics(base + topics_at, topics.size()), raw_since(base + since_at, since.size());
+  char* out = base + at;
+  std::string_view names[proto::max_sse_topics];
+  std::size_t count = 0;
+  for (std::string_view rest = raw_topics;;) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    if (count == proto::max_sse_topics) return answer(slot, 400, "too many topics: a stream names at most 16\n");
+    const std::size_t n = proto::percent_decode(item, {out, proto::max_topic_bytes});
+    if (n == SIZE_MAX || !proto::is_valid_topic({out, n}))
+      return answer(slot, 400, "a topic is 1-128 bytes of visible ASCII but * \" and \\ (percent-encoded in the query)\n");
+    names[count] = {out, n};
+    if (std::find(names, names + count, names[count]) != names + count)
+      return answer(slot, 400, "a topic named twice in one stream\n");
+    ++count;
+    out[n] = '\n';
+    out += n + 1;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  const std::uint32_t topics_len = std::uint32_t(out - (base + at));
+  std::size_t since_len = 0;
+  if (!since.empty()) {
+    since_len = from_header ? raw_since.size() : proto::percent_decode(raw_since, {out, raw_since.size()});
+    if (from_header) std::memcpy(out, raw_since.data(), since_len);
+    std::string_view positions[proto::max_sse_topics];
+    if (since_len == SIZE_MAX || !proto::split_positions({out, since_len}, {positions, count}))
+      return answer(slot, 400, from_header ? "malformed Last-Event-ID: not an id this stream's events carry\n"
+                                           : "malformed since: one position per topic, joined by commas\n");
+  }
+  job->sse = true;
+  job->sse_topic_count = std::uint8_t(count);
+  job->sse_at = at;
+  job->sse_topics_len = topics_len;
+  job->sse_since_len = std::uint32_t(since_len);
+  job->len = at + topics_len + std::uint32_t(since_len);
+  job->consumed = consumed;
+  return dispatch(slot);
 }
 
 /// permessage-deflate when compression is on and the client offers it in terms this server can
@@ -113,6 +186,11 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
   pool::lease response = _c.buffers().acquire(j.response_len);
   if (!response || !_c.app().on_open(slot, info)) return answer(slot, 500, "internal error\n");
   _c.opened(slot);
+  if (j.sse) {
+    std::memcpy(response.data(), j.response, j.response_len);
+    response.set_size(j.response_len);
+    return start_stream(slot, std::move(job), std::move(response));
+  }
   if (j.heartbeat) _c.at(slot).flags |= flag_text_heartbeat;
   if (j.deflate) _c.negotiated_deflate(slot);
   std::memcpy(response.data(), j.response, j.response_len);
@@ -126,6 +204,31 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
   _ws.start(slot, {job.tail() + j.consumed, j.len - j.consumed});
   if (early && _c.at(slot).state == conn_state::open && _c.at(slot).gen == token_gen(j.token))
     _ws.on_bytes(slot, early.bytes());
+}
+
+/// An event stream's 200 is queued (before the connection is marked a stream: it goes as it
+/// is), then the stream starts: its `sub` goes to the application.
+void http_phase::start_stream(std::uint32_t slot, upgrade_job_ref&& job, pool::lease&& response) noexcept {
+  const upgrade_job& j = *job;
+  _c.counters_mut().upgrades_ok.add();
+  _c.at(slot).rx.early.reset();  // a stream's client sends nothing after its request
+  _c.set_state(slot, conn_state::open);
+  _c.queue(slot, pool::frame_ref::adopt(std::move(response)), true);
+  if (_c.at(slot).state != conn_state::open) return;
+  _c.stream_opened(slot);
+  _ws.start(slot, {});  // the keepalive and the token's expiry, as for a WebSocket
+  if (_c.at(slot).state != conn_state::open) return;
+  const char* base = reinterpret_cast<const char*>(job.tail());
+  std::string_view topics[proto::max_sse_topics], positions[proto::max_sse_topics];
+  std::string_view list(base + j.sse_at, j.sse_topics_len);
+  const std::size_t n = j.sse_topic_count;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t lf = list.find('\n');
+    topics[k] = list.substr(0, lf);
+    list.remove_prefix(lf + 1);
+  }
+  if (j.sse_since_len) proto::split_positions({base + j.sse_at + j.sse_topics_len, j.sse_since_len}, {positions, n});
+  _c.sse().start(slot, {topics, n}, {positions, n});
 }
 
 /// A static file: 200 with its ETag, or 304 when the client already holds that version. The

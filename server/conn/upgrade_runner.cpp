@@ -43,10 +43,37 @@ bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job) noexce
   return true;
 }
 
+/// An event stream's topics are all granted (checked here, where the grants are read, so a
+/// refusal is an HTTP status, not an event), and its 200 head.
+void finish_stream(upgrade_job_ref& job, bool checked) noexcept {
+  upgrade_job& j = *job;
+  if (checked) {
+    const proto::grants_view granted(text_of(job, j.grants_at, j.topics_len));
+    std::string_view list = text_of(job, j.sse_at, j.sse_topics_len);
+    for (std::size_t k = 0; k < j.sse_topic_count; ++k) {
+      const std::size_t lf = list.find('\n');
+      if (!proto::grants_match(granted, list.substr(0, lf)))
+        return refuse(j, 403, "the token does not grant every topic of this stream\n");
+      list.remove_prefix(lf + 1);
+    }
+  }
+  constexpr std::string_view head =
+      "HTTP/1.1 200 OK\r\n"
+      "Content-Type: text/event-stream\r\n"
+      "Cache-Control: no-store\r\n"
+      "X-Accel-Buffering: no\r\n"  // nginx: pass each event on at once
+      "\r\n";
+  static_assert(head.size() <= sizeof j.response);
+  std::memcpy(j.response, head.data(), head.size());
+  j.response_len = std::uint32_t(head.size());
+  j.status = 101;  // "go on": the stream opens
+}
+
 }  // namespace
 
 void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noexcept {
   if (tokens && !check_token(*tokens, job)) return;
+  if (job->sse) return finish_stream(job, tokens != nullptr);
   upgrade_job& j = *job;
   std::size_t n = proto::encode_switching_protocols(text_of(job, j.key_at, j.key_len),
                                                     {reinterpret_cast<char*>(j.response), sizeof j.response},

@@ -294,7 +294,10 @@ void ws_phase::start_close(std::uint32_t slot, proto::close_code code, bool ling
   std::size_t n = proto::encode_close_payload(code, {}, payload);
   _c.set_state(slot, conn_state::closing);
   queue_close(slot, {payload, n});
-  if (linger) {
+  if (c.ext & ext_sse) {  // a stream ends with its response: the client reconnects after `retry:`
+    c.flags |= flag_close_when_flushed;
+    _c.stop_reading(slot);
+  } else if (linger) {
     // We stop parsing: half-close once the close frame is out, then wait for the peer's FIN.
     c.flags |= flag_linger_when_flushed;
     _c.stop_reading(slot);
@@ -348,6 +351,10 @@ void ws_phase::on_timer(std::uint32_t slot) noexcept {
     // quite time yet, wait for the rest (every other deadline was later than this one).
     if (realtime_ms() >= std::int64_t(_c.app().expiry(slot)) * 1000) return _c.app().on_expired(slot);
     return arm(slot, UINT32_MAX);
+  }
+  if (c.ext & ext_sse) {  // a stream: a comment line every interval, and no answer to wait for
+    queue_ping(slot);
+    return arm(slot, _c.loop().ticks_for(o.ping_interval));
   }
   if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
     _c.counters_mut().timeouts.add();
