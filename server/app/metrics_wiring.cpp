@@ -38,6 +38,8 @@ void register_conn_series(metrics_registry& m, const std::vector<shard*>& shards
   m.add_gauge_fn("wspush_connections", in_states(shards, conn_state::closing, conn_state::dead), {},
                  {{"state", "closing"}});
   m.add_counter_fn("wspush_connections_accepted_total", conn_sum(shards, &conn_counters::accepted));
+  m.add_gauge_fn("wspush_event_streams", conn_sum(shards, &conn_counters::streams_open));
+  m.add_counter_fn("wspush_event_streams_opened_total", conn_sum(shards, &conn_counters::streams_opened));
   const std::pair<const char*, relaxed_counter conn_counters::*> upgrades[] = {
       {"ok", &conn_counters::upgrades_ok},
       {"bad_request", &conn_counters::upgrades_bad_request},

@@ -90,24 +90,27 @@ void http_phase::open_stream(std::uint32_t slot, const proto::upgrade_request& r
   char* const base = reinterpret_cast<char*>(job.tail());
   const std::string_view raw_topics(base + topics_at, topics.size()), raw_since(base + since_at, since.size());
   char* out = base + at;
+  // Decoded first, then split: a browser's URLSearchParams writes the commas as %2C. (So a
+  // topic with a comma in its name cannot be streamed.)
+  const std::size_t decoded = proto::percent_decode(raw_topics, {out, raw_topics.size()});
+  if (decoded == SIZE_MAX) return answer(slot, 400, "a broken %-escape in topics\n");
   std::string_view names[proto::max_sse_topics];
   std::size_t count = 0;
-  for (std::string_view rest = raw_topics;;) {
+  for (std::string_view rest(out, decoded);;) {
     const std::size_t comma = rest.find(',');
     const std::string_view item = rest.substr(0, comma);
     if (count == proto::max_sse_topics) return answer(slot, 400, "too many topics: a stream names at most 16\n");
-    const std::size_t n = proto::percent_decode(item, {out, proto::max_topic_bytes});
-    if (n == SIZE_MAX || !proto::is_valid_topic({out, n}))
-      return answer(slot, 400, "a topic is 1-128 bytes of visible ASCII but * \" and \\ (percent-encoded in the query)\n");
-    names[count] = {out, n};
-    if (std::find(names, names + count, names[count]) != names + count)
+    if (!proto::is_valid_topic(item))
+      return answer(slot, 400, "a topic is 1-128 bytes of visible ASCII but * \" \\ and , (percent-encoded or not)\n");
+    if (std::find(names, names + count, item) != names + count)
       return answer(slot, 400, "a topic named twice in one stream\n");
-    ++count;
-    out[n] = '\n';
-    out += n + 1;
+    names[count++] = item;
     if (comma == std::string_view::npos) break;
+    out[item.data() - out + item.size()] = '\n';
     rest.remove_prefix(comma + 1);
   }
+  out += decoded;
+  *out++ = '\n';
   const std::uint32_t topics_len = std::uint32_t(out - (base + at));
   std::size_t since_len = 0;
   if (!since.empty()) {
