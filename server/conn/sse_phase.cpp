@@ -15,7 +15,7 @@
 
 namespace wspush::server {
 
-sse_phase::sse_phase(connections& c) noexcept : _c(c), _rand(std::random_device{}() | 1) {}
+sse_phase::sse_phase(connections& c) : _c(c), _rand(std::random_device{}() | 1) { _id.reserve(proto::max_sse_id_bytes); }
 
 void sse_phase::start(std::uint32_t slot, std::span<const std::string_view> topics,
                       std::span<const std::string_view> positions) noexcept {
@@ -28,6 +28,7 @@ void sse_phase::start(std::uint32_t slot, std::span<const std::string_view> topi
     stream& s = _streams[slot];
     s.topics.assign(topics.begin(), topics.end());
     s.at.assign(positions.begin(), positions.end());
+    for (std::string& p : s.at) p.reserve(proto::max_id_bytes);  // an event's id never grows it
   } catch (...) {
     _streams.erase(slot);
     l.reset();

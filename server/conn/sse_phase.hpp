@@ -27,7 +27,7 @@ class connections;
 
 class sse_phase {
  public:
-  explicit sse_phase(connections& c) noexcept;
+  explicit sse_phase(connections& c);
 
   /// The 200 is queued: hands the application the stream's `sub`. `topics` as the request named
   /// them (distinct, valid), `positions` one per topic (empty: none).

@@ -328,7 +328,103 @@ void check_pubsub(io_kind io, bool deflate = false) {
   CHECK(after_subs - after_publish == 0);  // 500 sub (with since) + unsub round trips: none
 }
 
+// An event stream: opens `GET /sse?topics=...` and reads events (each ends with a blank line).
+bool open_stream(client& c, std::uint16_t port, const std::string& topics) {
+  c.fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(c.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
+  const std::string req = "GET /sse?topics=" + topics + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  if (!c.send_all(req.data(), req.size())) return false;
+  while (true) {
+    ssize_t n = recv(c.fd, c.in + c.have, sizeof c.in - c.have, 0);
+    if (n <= 0) return false;
+    c.have += std::size_t(n);
+    if (void* end = memmem(c.in, c.have, "\r\n\r\n", 4)) {
+      std::size_t hdr = std::size_t(static_cast<std::uint8_t*>(end) - c.in) + 4;
+      bool ok = std::memcmp(c.in, "HTTP/1.1 200", 12) == 0;
+      std::memmove(c.in, c.in + hdr, c.have - hdr);
+      c.have -= hdr;
+      return ok;
+    }
+  }
+}
+
+// Reads one event; true if it is a published one (`data: {"topic":...`) with an `id:`.
+bool read_event(client& c) {
+  while (true) {
+    if (void* end = memmem(c.in, c.have, "\n\n", 2)) {
+      std::size_t len = std::size_t(static_cast<std::uint8_t*>(end) - c.in) + 2;
+      const std::string_view ev(reinterpret_cast<const char*>(c.in), len);
+      bool ok = ev.starts_with("id: ") && ev.find("\ndata: {\"topic\":") != std::string_view::npos;
+      std::memmove(c.in, c.in + len, c.have - len);
+      c.have -= len;
+      return ok;
+    }
+    ssize_t n = recv(c.fd, c.in + c.have, sizeof c.in - c.have, 0);
+    if (n <= 0) return false;
+    c.have += std::size_t(n);
+  }
+}
+
+// Streams: half the clients on one topic (stateless: one rendering shared by all), half on two
+// (each keeps its positions and gets its own ids). Publishing to them allocates nothing.
+void check_streams(io_kind io) {
+  if (skip_without_uring(io)) return;
+  auto rs = std::make_unique<running_shard>(io, app_mode::pubsub);
+  constexpr int count = 20;
+  static client clients[count];
+  for (int m = 0; m < count; ++m) {
+    clients[m].have = 0;
+    const std::string mine = "mailbox:" + std::to_string(m);
+    REQUIRE(open_stream(clients[m], rs->port, m % 2 ? "all," + mine : mine));
+    // The `subbed` event first.
+    while (!memmem(clients[m].in, clients[m].have, "\n\n", 2)) {
+      ssize_t n = recv(clients[m].fd, clients[m].in + clients[m].have, sizeof clients[m].in - clients[m].have, 0);
+      REQUIRE(n > 0);
+      clients[m].have += std::size_t(n);
+    }
+    REQUIRE(std::memcmp(clients[m].in, "event: subbed\n", 14) == 0);
+    void* end = memmem(clients[m].in, clients[m].have, "\n\n", 2);
+    std::size_t len = std::size_t(static_cast<std::uint8_t*>(end) - clients[m].in) + 2;
+    std::memmove(clients[m].in, clients[m].in + len, clients[m].have - len);
+    clients[m].have -= len;
+  }
+  auto round = [&](int n) {
+    pubsub::history_id id;
+    char topic[32];
+    for (int k = 0; k < n; ++k) {
+      if (rs->hub->publish("all", R"({"n":1})", id, true) != pubsub::publish_status::ok) return false;
+      for (int m = 0; m < count; ++m) {
+        int len = std::snprintf(topic, sizeof topic, "mailbox:%d", m);
+        if (rs->hub->publish({topic, std::size_t(len)}, R"({"new":"mail"})", id, true) != pubsub::publish_status::ok)
+          return false;
+      }
+      for (int m = 0; m < count; ++m)
+        for (int e = 0; e < (m % 2 ? 2 : 1); ++e)
+          if (!read_event(clients[m])) return false;
+    }
+    return true;
+  };
+  for (std::size_t size : {std::size_t(256), std::size_t(512)}) rs->buffers.prefill(size, 4096);
+  REQUIRE(round(200));
+  REQUIRE(round(200));
+  const std::uint64_t before = wspush::test::allocation_count();
+  const bool delivered = round(200);
+  const std::uint64_t after = wspush::test::allocation_count();
+  for (client& c : clients) c.close_fd();
+  CHECK(delivered);
+  CHECK(after - before == 0);  // 4,200 publishes, 6,000 events on streams: no allocation
+}
+
 }  // namespace
+
+TEST_CASE("shard: publishing to event streams allocates nothing once warm (epoll)") { check_streams(io_kind::epoll); }
+TEST_CASE("shard: publishing to event streams allocates nothing once warm (io_uring)") { check_streams(io_kind::uring); }
 
 TEST_CASE("shard: pubsub publish and sub/unsub allocate nothing once warm (epoll)") { check_pubsub(io_kind::epoll); }
 TEST_CASE("shard: pubsub publish compressed for permessage-deflate allocates nothing once warm (epoll)") {
