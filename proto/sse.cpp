@@ -88,7 +88,7 @@ std::size_t encode_sse(std::string_view event, std::string_view id, std::string_
   if (out.size() < sse_bound(event, id, data)) return 0;
   char* p = out.data();
   auto put = [&p](std::string_view s) {
-    std::memcpy(p, s.data(), s.size());
+    if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view may hold no pointer
     p += s.size();
   };
   if (!event.empty()) put("event: "), put(event), put("\n");
