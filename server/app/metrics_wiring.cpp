@@ -47,6 +47,7 @@ void register_conn_series(metrics_registry& m, const std::vector<shard*>& shards
       {"over_capacity", &conn_counters::upgrades_over_capacity},
       {"timeout", &conn_counters::upgrades_timeout},
       {"error", &conn_counters::upgrades_error},
+      {"rate_limited", &conn_counters::upgrades_rate_limited},
   };
   for (const auto& [result, member] : upgrades)
     m.add_counter_fn("wspush_upgrades_total", conn_sum(shards, member), {}, {{"result", result}});

@@ -59,6 +59,7 @@ bool shard::start(std::string& why, bool& fell_back) noexcept {
   _conns->set_upgrade_runner(*_upgrades);
   if (_s.site) _conns->set_static_site(*_s.site);
   if (_s.deflate) _conns->set_compression(*_s.deflate);
+  if (_s.upgrade_gate.limits()) _conns->set_upgrade_gate(_s.upgrade_gate);
   return true;
 }
 

@@ -38,6 +38,7 @@ struct shard_shared {
   pubsub::bus_port* bus = nullptr;     // the Redis bus; null: the embedded one (the hub)
   compression* deflate = nullptr;      // permessage-deflate; null: never negotiated
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
+  rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too
 };
 
 class shard {

@@ -21,6 +21,7 @@
 #include "pool/shared_frame.hpp"
 #include "proto/jwt.hpp"
 #include "server/base/options.hpp"
+#include "server/base/rate_gate.hpp"
 #include "server/conn/app.hpp"
 #include "server/conn/compression.hpp"
 #include "server/conn/conn_counters.hpp"
@@ -56,6 +57,9 @@ class connections final : public loop_handler,
   void set_static_site(const static_site& s) noexcept { _http.set_site(s); }
   /// permessage-deflate (without, no connection negotiates it).
   void set_compression(compression& z) noexcept { _compression = &z; }
+  /// --upgrade-rate: upgrades (and event streams) past it are refused 503 (without: none are).
+  void set_upgrade_gate(rate_gate& g) noexcept { _upgrade_gate = &g; }
+  rate_gate* upgrade_gate() const noexcept { return _upgrade_gate; }
   compression* compression_of() const noexcept { return _compression; }
   /// The upgrade of `slot` negotiated permessage-deflate.
   void negotiated_deflate(std::uint32_t slot) noexcept;
@@ -173,6 +177,7 @@ class connections final : public loop_handler,
   pool::buffer_pool& _buffers;
   std::atomic<std::uint32_t>& _open_count;
   compression* _compression = nullptr;
+  rate_gate* _upgrade_gate = nullptr;
   conn_table _table;
   http_phase _http;
   ws_phase _ws;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "proto/sse.hpp"
+#include "server/base/clock.hpp"
 #include "proto/topic.hpp"
 #include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
@@ -18,6 +19,9 @@
 #include "server/conn/ws_phase.hpp"
 
 namespace wspush::server {
+
+http_phase::http_phase(connections& c, ws_phase& ws) noexcept
+    : _c(c), _ws(ws), _rand(std::uint64_t(reinterpret_cast<std::uintptr_t>(this)) ^ monotonic_ns() | 1) {}
 
 void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept {
   connection& c = _c.at(slot);
@@ -45,6 +49,7 @@ void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> byte
       return answer(slot, 404, "not found\n");
     case proto::upgrade_outcome::websocket: {
       if (req.path != _c.options().ws_path) return answer(slot, 404, "not found: WebSocket clients connect to the server's --ws-path\n");
+      if (over_rate(slot)) return;
       auto offset = [&](std::string_view part) {
         return part.empty() ? 0u : std::uint32_t(part.data() - reinterpret_cast<const char*>(job.tail()));
       };
@@ -65,6 +70,7 @@ void http_phase::open_stream(std::uint32_t slot, const proto::upgrade_request& r
   if (req.method != "GET") return answer(slot, 405, "an event stream is opened with GET\n", "Allow: GET\r\n");
   upgrade_job_ref& job = _c.at(slot).rx.job;
   if (job->len != consumed) return answer(slot, 400, "nothing may follow an event stream's request\n");
+  if (over_rate(slot)) return;
   std::string_view token = req.token;
   auto bearer = [](std::string_view v) {  // `Bearer` is case-insensitive (RFC 9110 auth-scheme)
     constexpr std::string_view scheme = "bearer ";
@@ -257,9 +263,28 @@ void http_phase::count_refusal(std::uint16_t status) noexcept {
   else n.upgrades_bad_request.add();
 }
 
+/// --upgrade-rate: past it the upgrade is refused 503, with a Retry-After drawn so that the
+/// refused come back spread over the time the gate needs for them (rate_gate::retry_after).
+bool http_phase::over_rate(std::uint32_t slot) noexcept {
+  rate_gate* gate = _c.upgrade_gate();
+  if (!gate || gate->admit(std::int64_t(monotonic_ns()))) return false;
+  _rand ^= _rand << 13, _rand ^= _rand >> 7, _rand ^= _rand << 17;
+  char header[40];
+  const int n = std::snprintf(header, sizeof header, "Retry-After: %u\r\n", unsigned(gate->retry_after(_rand)));
+  _c.counters_mut().upgrades_rate_limited.add();
+  respond(slot, 503, "too many connections opening this second: retry after the seconds Retry-After says\n",
+          {header, std::size_t(n)}, "text/plain");
+  return true;
+}
+
 void http_phase::answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
                         std::string_view extra_headers, std::string_view content_type) noexcept {
   count_refusal(status);
+  respond(slot, status, body, extra_headers, content_type);
+}
+
+void http_phase::respond(std::uint32_t slot, std::uint16_t status, std::string_view body,
+                         std::string_view extra_headers, std::string_view content_type) noexcept {
   pool::lease l = _c.buffers().acquire(512 + body.size() + extra_headers.size());
   std::size_t n = l ? proto::encode_http_response_typed(status, content_type,
                                                         {reinterpret_cast<char*>(l.data()), l.capacity()}, body,

@@ -22,7 +22,7 @@ class ws_phase;
 
 class http_phase {
  public:
-  http_phase(connections& c, ws_phase& ws) noexcept : _c(c), _ws(ws) {}
+  http_phase(connections& c, ws_phase& ws) noexcept;
   void set_runner(upgrade_runner& r) noexcept { _runner = &r; }
   /// The files plain GETs are answered from (none: every path but the WebSocket one is 404).
   void set_site(const static_site& s) noexcept { _site = &s; }
@@ -51,12 +51,16 @@ class http_phase {
   void serve(std::uint32_t slot, const struct static_file& f, std::string_view method,
              std::string_view if_none_match) noexcept;
   void count_refusal(std::uint16_t status) noexcept;
+  bool over_rate(std::uint32_t slot) noexcept;
+  void respond(std::uint32_t slot, std::uint16_t status, std::string_view body, std::string_view extra_headers,
+               std::string_view content_type) noexcept;
 
   connections& _c;
   ws_phase& _ws;
   upgrade_runner* _runner = nullptr;
   const static_site* _site = nullptr;
   bool _held_back = false;  // the runner holds jobs back: accepting stays paused
+  std::uint64_t _rand;      // Retry-After's jitter
 };
 
 }  // namespace wspush::server
