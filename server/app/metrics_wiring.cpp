@@ -57,6 +57,7 @@ void register_conn_series(metrics_registry& m, const std::vector<shard*>& shards
   m.add_counter_fn("wspush_bytes_out_total", conn_sum(shards, &conn_counters::bytes_out));
   m.add_counter_fn("wspush_socket_sends_total", conn_sum(shards, &conn_counters::sends));
   m.add_counter_fn("wspush_slow_consumer_closes_total", conn_sum(shards, &conn_counters::slow_consumer_closes));
+  m.add_counter_fn("wspush_lifetime_closes_total", conn_sum(shards, &conn_counters::lifetime_closes));
   m.add_counter_fn("wspush_held_input_bytes_total", conn_sum(shards, &conn_counters::held_input_bytes));
 }
 

@@ -28,6 +28,9 @@ struct conn_options {
   double message_timeout = 30;  ///< a frame or message started and not finished by then: 1008
   double ping_interval = 30;    ///< keepalive: ping a connection silent this long
   double pong_timeout = 10;     ///< and close it if nothing arrives within this after the ping
+  /// Each connection is closed with 1001 after this long, +-10% (its own draw), so that a fleet
+  /// rebalances after a scale-up; 0: never.
+  double max_connection_lifetime = 0;
   /// A client that connects with `?heartbeat=1` gets the keepalive as a text message
   /// `{"op":"ping"}` (a page can see it; browsers hide ping frames) when the application's
   /// protocol has an answer for it (pub/sub: `{"op":"pong"}`).

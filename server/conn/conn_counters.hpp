@@ -17,6 +17,7 @@ struct conn_counters {
       upgrades_timeout, upgrades_error, upgrades_rate_limited;
   relaxed_counter in_state[conn_state_count];  // connections by state (free is not counted)
   relaxed_counter streams_opened, streams_open;  // event streams (sse_phase): total, and now open
+  relaxed_counter lifetime_closes;  // closed 1001 at --max-connection-lifetime
 };
 
 }  // namespace wspush::server

@@ -21,6 +21,7 @@ connections::connections(const conn_options& o, loop_ops& l, transport& t, appli
     : _o(o), _loop(l), _transport(t), _app(app), _buffers(buffers), _open_count(open_count), _http(*this, _ws),
       _ws(*this), _sse(*this) {
   _iov.resize(IOV_MAX);
+  if (o.max_connection_lifetime > 0) _life_ticks = std::max<std::uint32_t>(1, l.ticks_for(o.max_connection_lifetime));
   _release_later.reserve(64);
   _stalls.reserve(64);
   _app.bind(*this);
@@ -373,7 +374,30 @@ void connections::pause_reading(std::uint32_t slot) noexcept {
   _transport.pause_reading(c.fd, token_of(slot));
 }
 
-void connections::opened(std::uint32_t slot) noexcept { _table.at(slot).flags |= flag_app_open; }
+void connections::opened(std::uint32_t slot) noexcept {
+  _table.at(slot).flags |= flag_app_open;
+  if (!_life_ticks) return;
+  if (slot >= _opened_at.size()) {
+    try {
+      _opened_at.resize(_table.capacity());  // once per chunk of the table, not per connection
+    } catch (const std::bad_alloc&) {
+      return;  // this one lives without a limit
+    }
+  }
+  _opened_at[slot] = _loop.now();
+}
+
+/// A connection's life is the lifetime +-10%, drawn from its token: each connection its own, so
+/// that connections opened together (a reconnect storm) do not all end together either.
+std::uint32_t connections::life_left(std::uint32_t slot) const noexcept {
+  if (!_life_ticks || slot >= _opened_at.size()) return UINT32_MAX;
+  std::uint64_t h = make_token(slot, _table.at(slot).gen) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 31;
+  const double draw = double(h >> 11) * 0x1p-53;  // [0, 1)
+  const auto life = std::uint32_t(double(_life_ticks) * (0.9 + 0.2 * draw));
+  const std::uint32_t age = _loop.now() - _opened_at[slot];
+  return age >= life ? 0 : life - age;
+}
 
 void connections::stream_opened(std::uint32_t slot) noexcept {
   _table.at(slot).ext |= ext_sse;

@@ -144,6 +144,8 @@ class connections final : public loop_handler,
   void opened(std::uint32_t slot) noexcept;
   /// The connection is an event stream from here on (its 200 is queued).
   void stream_opened(std::uint32_t slot) noexcept;
+  /// --max-connection-lifetime: the ticks `slot` has left to live (UINT32_MAX: no limit).
+  std::uint32_t life_left(std::uint32_t slot) const noexcept;
   sse_phase& sse() noexcept { return _sse; }
   bool draining() const noexcept { return _draining; }
   /// A connection whose unsent output stays over --max-pending-bytes while the kernel takes none
@@ -178,6 +180,8 @@ class connections final : public loop_handler,
   std::atomic<std::uint32_t>& _open_count;
   compression* _compression = nullptr;
   rate_gate* _upgrade_gate = nullptr;
+  std::uint32_t _life_ticks = 0;          // --max-connection-lifetime (0: none)
+  std::vector<std::uint32_t> _opened_at;  // with a lifetime: the tick each slot's connection opened
   conn_table _table;
   http_phase _http;
   ws_phase _ws;

@@ -326,6 +326,7 @@ void ws_phase::note_timer(std::uint32_t slot, bool unfinished) noexcept {
 void ws_phase::arm(std::uint32_t slot, std::uint32_t ticks) noexcept {
   connection& c = _c.at(slot);
   c.flags &= ~flag_timer_exp;
+  ticks = std::min(ticks, std::max<std::uint32_t>(_c.life_left(slot), 1));  // on_timer looks at the lifetime first
   if (std::uint32_t exp = _c.app().expiry(slot)) {
     std::int64_t left_ms = std::min<std::int64_t>(std::int64_t(exp) * 1000 - realtime_ms(), 86'400'000);
     std::uint32_t until = left_ms <= 0 ? 1 : _c.loop().ticks_for(double(left_ms) / 1000.0);
@@ -346,6 +347,10 @@ void ws_phase::rearm(std::uint32_t slot) noexcept {
 void ws_phase::on_timer(std::uint32_t slot) noexcept {
   connection& c = _c.at(slot);
   const conn_options& o = _c.options();
+  if (_c.life_left(slot) == 0) {  // --max-connection-lifetime: going away, as in a drain
+    _c.counters_mut().lifetime_closes.add();
+    return start_close(slot, proto::close_code::going_away, false);
+  }
   if (c.flags & flag_timer_exp) {
     // The wheel's monotonic ticks and the wall clock may disagree by a little: if it is not
     // quite time yet, wait for the rest (every other deadline was later than this one).

@@ -6,15 +6,25 @@ sockets take them, gets at most a second's burst plus R a second through (101 / 
 `503` with a `Retry-After` drawn between 1 s and the time the node needs for the refused (so they
 come back spread out, not together), the refused sockets are closed, each refusal is counted in
 `wspush_upgrades_total{result="rate_limited"}`, and once the storm is over upgrades go through
-again. Exit 0 pass, 1 fail, 77 io_uring unavailable.
+again.
+
+`--max-connection-lifetime S`: every WebSocket connection is closed with 1001 after S +-10%, each
+at its own time (connections opened together do not end together); a client that resumes with
+`since` after each such close, while events are published all along, gets every event once, in
+order; an event stream ends with `retry:`. Counted in `wspush_lifetime_closes_total`. Exit 0
+pass, 1 fail, 77 io_uring unavailable.
 """
+import asyncio
+import json
 import os
 import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_testlib import (ServerProcess, arg_parser, check, metric, run_main, run_step, scaled)  # noqa: E402
+import websockets  # noqa: E402
+from wsp_testlib import (ServerProcess, arg_parser, check, metric, publish_ok, recv_json, run_main,  # noqa: E402
+                         run_step, scaled)
 
 RATE = 20
 STORM = 200
@@ -88,10 +98,113 @@ def upgrade_rate(server: ServerProcess) -> None:
     check(head.startswith(b"HTTP/1.1 101"), f"after the storm an upgrade answered {head[:60]!r}")
 
 
+LIFETIME = 2.0
+
+
+async def lifetimes(server: ServerProcess) -> None:
+    """Ten connections opened together end with 1001 within the lifetime +-10% (and a tick), not
+    all at once."""
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    conns = [await websockets.connect(url, ping_interval=None) for _ in range(10)]
+    opened = time.monotonic()
+
+    async def closed_at(ws):
+        try:
+            await asyncio.wait_for(ws.recv(), scaled(LIFETIME * 3))
+        except websockets.ConnectionClosed as e:
+            check(e.rcvd is not None and e.rcvd.code == 1001, f"closed with {e.rcvd}, not 1001")
+            return time.monotonic() - opened
+        raise AssertionError("a message came where the close was expected")
+
+    ends = await asyncio.gather(*(closed_at(ws) for ws in conns))
+    print(f"  closed after {min(ends):.2f}..{max(ends):.2f} s")
+    check(min(ends) >= LIFETIME * 0.9 - 0.1, f"a connection closed after {min(ends):.2f} s, before its lifetime")
+    check(max(ends) <= LIFETIME * 1.1 + scaled(0.5), f"a connection lived {max(ends):.2f} s")
+    check(max(ends) - min(ends) >= 0.1, f"all ten closed together ({min(ends):.2f}..{max(ends):.2f} s)")
+
+
+async def resume_across_lifetimes(server: ServerProcess) -> None:
+    """Events published every 50 ms for three lifetimes; the client resumes with since after each
+    1001 and gets every event once, in order."""
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    sent: list = []
+    done = asyncio.Event()
+
+    async def publisher():
+        k = 0
+        until = time.monotonic() + LIFETIME * 3
+        while time.monotonic() < until:
+            sent.append(await asyncio.to_thread(publish_ok, server, "mailbox:life", {"k": k}))
+            k += 1
+            await asyncio.sleep(0.05)
+        done.set()
+
+    got: list = []
+    closes = 0
+    task = None  # publishing starts once the first subscription is active
+    since = None
+    hard = time.monotonic() + LIFETIME * 3 + scaled(20)
+    while not (done.is_set() and len(got) >= len(sent)) and time.monotonic() < hard:
+        ws = await websockets.connect(url, ping_interval=None)
+        msg = {"op": "sub", "topics": ["mailbox:life"]}
+        if since:
+            msg["since"] = {"mailbox:life": since}
+        await ws.send(json.dumps(msg))
+        reply = await recv_json(ws)
+        check(reply.get("op") == "subbed" and reply["lost"] == [], f"resume answered {reply}")
+        since = since or reply["at"]["mailbox:life"]
+        task = task or asyncio.create_task(publisher())
+        try:
+            while not (done.is_set() and len(got) >= len(sent)):
+                try:
+                    ev = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
+                except asyncio.TimeoutError:
+                    continue
+                got.append(ev["id"])
+                since = ev["id"]
+            await ws.close()
+        except websockets.ConnectionClosed as e:
+            check(e.rcvd is not None and e.rcvd.code == 1001, f"closed with {e.rcvd}")
+            closes += 1
+    await task
+    check(closes >= 2, f"only {closes} lifetime closes in {LIFETIME * 3} s")
+    check(got == sent, f"{len(sent)} published, {len(got)} received: "
+                       f"missing {sorted(set(sent) - set(got))[:5]}, doubled {len(got) - len(set(got))}")
+
+
+def stream_lifetime(server: ServerProcess) -> None:
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=scaled(10))
+    s.sendall(STREAM)
+    data = b""
+    started = time.monotonic()
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    took = time.monotonic() - started
+    check(b"\nretry: " in data, f"a stream at its lifetime ended without retry: ({data[-60:]!r})")
+    check(LIFETIME * 0.9 - 0.1 <= took <= LIFETIME * 1.1 + scaled(0.5), f"the stream lived {took:.2f} s")
+
+
+def lifetime(args) -> None:
+    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                           extra=["--max-connection-lifetime", str(LIFETIME)]).start()
+    before = metric(server, "wspush_lifetime_closes_total")
+    asyncio.run(lifetimes(server))
+    check(metric(server, "wspush_lifetime_closes_total") - before >= 10, "wspush_lifetime_closes_total")
+    asyncio.run(resume_across_lifetimes(server))
+    stream_lifetime(server)
+    server.kill()
+
+
 def main(args) -> None:
     server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
                            extra=["--upgrade-rate", str(RATE)]).start()
     run_step("--upgrade-rate against a storm of upgrades and streams", upgrade_rate, server)
+    server.kill()
+    run_step("--max-connection-lifetime: 1001 each at its time, resume loses nothing", lifetime, args)
 
 
 if __name__ == "__main__":
