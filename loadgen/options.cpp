@@ -11,16 +11,23 @@ namespace wspush::loadgen {
 
 const std::string_view usage_text =
     "usage: wspush-loadgen SCENARIO --url ws[s]://HOST:PORT/PATH [options]\n"
+    "       wspush-loadgen SCENARIO --transport sse --url http[s]://HOST:PORT/sse [options]\n"
     "scenarios:\n"
     "  idle             hold N connections for --hold seconds; with --server-pid, its memory per connection\n"
     "  fanout           N subscribers of one topic; publish --messages, latency, loss, duplicates\n"
     "  mailboxes        one topic per connection; publishes spread round robin over them (pubsub only)\n"
     "  churn            fanout while --churn-fraction of the connections close and reopen at --churn-rate/s\n"
     "  reconnect-storm  fanout; mid-run every connection drops (--storm client) or the server is restarted\n"
-    "                   by someone else (--storm server); all resume with since; time until all are back\n"
+    "                   by someone else (--storm server); all resume with since (sse: Last-Event-ID); time\n"
+    "                   until all are back\n"
     "  slow-consumers   fanout while --slow-fraction of the connections stop reading\n"
     "options:\n"
     "  --protocol pubsub|broadcast  wspush pub/sub (default), or any server that broadcasts every text message\n"
+    "  --transport ws|sse           ws (default): each connection upgrades and sends its sub; sse: each\n"
+    "                               opens an event stream of its topic instead (GET PATH?topics=T, the\n"
+    "                               token as for ws, Server-Sent Events; --url http[s]://HOST:PORT/sse),\n"
+    "                               resumes with Last-Event-ID, and after the server's retry: comes back\n"
+    "                               when it says (pubsub, publishing through the admin API)\n"
     "  --admin http://HOST:PORT     wspush admin listener, for publishing (pubsub)\n"
     "  --api-key K                  bearer key for the admin publish endpoints\n"
     "  --publish-via admin|ws       pubsub: admin POST /publish (default) or {\"op\":\"pub\"} over WebSocket\n"
@@ -57,7 +64,7 @@ const std::string_view usage_text =
     "                               --connect-timeout)\n"
     "  --server-pid PID             sample the server's memory and CPU time from /proc\n"
     "  --sample-interval S          time-series resolution (default 1)\n"
-    "  --url wss://...              each connection does a TLS handshake first (the certificate is not\n"
+    "  --url wss://..., https://... each connection does a TLS handshake first (the certificate is not\n"
     "                               checked: it measures, it protects nothing); publish through the\n"
     "                               admin API\n"
     "  --compression                offer permessage-deflate as browsers do (client_max_window_bits) and\n"
@@ -182,6 +189,15 @@ void apply_defaults(options& o, bool via_given) {
   if (o.proto == protocol::pubsub && o.via == publish_via::admin && o.publishes() && !o.admin_given) {
     fail("publishing through the admin API needs --admin http://HOST:PORT (or use --publish-via ws)");
   }
+  if (o.transport == transport_kind::sse) {
+    if (!o.url.starts_with("http")) fail("--transport sse opens event streams: --url http[s]://HOST:PORT/sse");
+    if (o.proto != protocol::pubsub) fail("--transport sse needs topics: it runs with --protocol pubsub only");
+    if (o.via == publish_via::ws && o.publishes())
+      fail("--transport sse publishes through the admin API (--publish-via admin): a stream only reads");
+    if (o.compression) fail("--compression is permessage-deflate, a WebSocket extension: not with --transport sse");
+  } else if (o.url.starts_with("http")) {
+    fail("an http:// URL is an event stream's: add --transport sse (or give the WebSocket's ws:// URL)");
+  }
   if (o.publish_batch > 1 && o.via != publish_via::admin) fail("--publish-batch is for the admin API (--publish-via admin)");
   if (o.tls && o.via == publish_via::ws && o.publishes())
     fail("with a wss:// URL, publish through the admin API (--protocol pubsub --publish-via admin): the "
@@ -250,9 +266,13 @@ options parse_options(int argc, char** argv) {
     else if (arg == "--progress") o.progress = true;
     else if (arg == "--url") {
       const std::string_view url = take();
-      if (!url.starts_with("ws://") && !url.starts_with("wss://")) fail("--url must start with ws:// or wss://");
-      o.tls = url.starts_with("wss://");
-      const std::string_view path = parse_authority(url.substr(o.tls ? 6 : 5), o.server, o.host_header);
+      const std::size_t scheme = url.find("://");
+      const std::string_view name = url.substr(0, scheme);
+      if (scheme == std::string_view::npos || (name != "ws" && name != "wss" && name != "http" && name != "https")) {
+        fail("--url must start with ws:// or wss:// (or http:// or https:// with --transport sse)");
+      }
+      o.tls = name == "wss" || name == "https";
+      const std::string_view path = parse_authority(url.substr(scheme + 3), o.server, o.host_header);
       o.path = path.empty() ? "/" : std::string(path);
       o.url = std::string(url);
     } else if (arg == "--admin") {
@@ -271,6 +291,11 @@ options parse_options(int argc, char** argv) {
       else if (p == "ws") o.via = publish_via::ws;
       else fail("--publish-via is admin or ws");
       via_given = true;
+    } else if (arg == "--transport") {
+      const std::string_view p = take();
+      if (p == "ws") o.transport = transport_kind::ws;
+      else if (p == "sse") o.transport = transport_kind::sse;
+      else fail("--transport is ws or sse");
     } else if (arg == "--storm") {
       const std::string_view p = take();
       if (p == "client") o.storm = storm_kind::client;

@@ -17,6 +17,9 @@ enum class scenario : std::uint8_t { idle, fanout, mailboxes, churn, reconnect_s
 enum class protocol : std::uint8_t { pubsub, broadcast };
 enum class publish_via : std::uint8_t { admin, ws };
 enum class storm_kind : std::uint8_t { client, server };
+/// ws: each connection upgrades to WebSocket and sends its `sub`. sse: each opens an event
+/// stream of its topic (GET --url's path?topics=T, Server-Sent Events) and only reads.
+enum class transport_kind : std::uint8_t { ws, sse };
 
 /// At most this many --publish-steps (the parent refuses a step message past it).
 inline constexpr std::size_t max_publish_steps = 64;
@@ -36,10 +39,11 @@ struct options {
   protocol proto = protocol::pubsub;
   publish_via via = publish_via::admin;
   storm_kind storm = storm_kind::client;
+  transport_kind transport = transport_kind::ws;
   std::string url;
   std::string host_header;   ///< "host:port"
-  bool tls = false;          ///< wss://: each connection does a TLS handshake first (the certificate is not checked)
-  std::string path = "/ws";
+  bool tls = false;          ///< wss:// or https://: each connection does a TLS handshake first (the certificate is not checked)
+  std::string path = "/ws";  ///< the upgrade's path, or with sse the event streams' (/sse)
   sockaddr_in server{};
   sockaddr_in admin{};
   std::string admin_host;    ///< "host:port" for the admin Host header

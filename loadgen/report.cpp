@@ -50,8 +50,9 @@ void print_text(std::FILE* out, const run_result& r) {
   const options& o = *r.o;
   const counters& t = r.totals;
   auto n = [&](ctr c) { return static_cast<unsigned long long>(t[c]); };
-  std::fprintf(out, "%s %s (%s): %s\n", std::string(scenario_name(o.sc)).c_str(), o.url.c_str(),
-               o.proto == protocol::pubsub ? "pubsub" : "broadcast", r.ok() ? "ok" : "FAILED");
+  std::fprintf(out, "%s %s (%s%s): %s\n", std::string(scenario_name(o.sc)).c_str(), o.url.c_str(),
+               o.proto == protocol::pubsub ? "pubsub" : "broadcast",
+               o.transport == transport_kind::sse ? ", event streams" : "", r.ok() ? "ok" : "FAILED");
   for (const std::string& p : r.problems) std::fprintf(out, "  problem: %s\n", p.c_str());
   std::fprintf(out, "  connections %u over %u procs: upgraded %llu, open at end %llu, in %.2f s", o.connections,
                o.procs, n(ctr::connected), n(ctr::open), r.connect_s);
@@ -108,9 +109,9 @@ void print_text(std::FILE* out, const run_result& r) {
 void print_json(std::FILE* out, const run_result& r) {
   const options& o = *r.o;
   const counters& t = r.totals;
-  std::fprintf(out, "{\"scenario\":\"%s\",\"protocol\":\"%s\",\"url\":\"%s\",\"ok\":%s,\"started\":\"%s\",",
+  std::fprintf(out, "{\"scenario\":\"%s\",\"protocol\":\"%s\",\"transport\":\"%s\",\"url\":\"%s\",\"ok\":%s,\"started\":\"%s\",",
                std::string(scenario_name(o.sc)).c_str(), o.proto == protocol::pubsub ? "pubsub" : "broadcast",
-               o.url.c_str(), r.ok() ? "true" : "false", r.started_utc.c_str());
+               o.transport == transport_kind::sse ? "sse" : "ws", o.url.c_str(), r.ok() ? "true" : "false", r.started_utc.c_str());
   std::fprintf(out, "\"problems\":[");
   for (std::size_t i = 0; i < r.problems.size(); ++i) std::fprintf(out, "%s\"%s\"", i ? "," : "", r.problems[i].c_str());
   std::fprintf(out, "],\"connections\":%u,\"procs\":%u,\"size\":%u,\"connect_s\":%.3f,\"settle_s\":%.3f,\"publish_s\":%.6f,"

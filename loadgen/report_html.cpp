@@ -48,7 +48,8 @@ std::string summary_rows(const run_result& r) {
   std::string s = "[";
   s += row("result", r.ok() ? "ok" : "FAILED");
   for (const std::string& p : r.problems) s += row("problem", p);
-  s += row("scenario", std::string(scenario_name(o.sc)) + (o.proto == protocol::pubsub ? " (pubsub)" : " (broadcast)"));
+  s += row("scenario", std::string(scenario_name(o.sc)) + (o.proto == protocol::pubsub ? " (pubsub" : " (broadcast") +
+                           (o.transport == transport_kind::sse ? ", event streams)" : ")"));
   s += row("server", o.url);
   s += row("started", r.started_utc);
   s += row("connections", std::to_string(t[ctr::connected]) + " upgraded of " + std::to_string(o.connections) +

@@ -24,7 +24,7 @@ namespace wspush::loadgen {
   X(assigned, "connections this process was asked to hold")                             \
   X(going, "processes that have started the run phase")                                 \
   X(publisher_ready, "the publisher is connected and waits for the go")                 \
-  X(connected, "upgrades that succeeded (reconnects included)")                         \
+  X(connected, "upgrades (sse: streams opened) that succeeded, reconnects included")    \
   X(open, "connections open now")                                                       \
   X(ready, "connections upgraded and subscribed")                                       \
   X(reconnects, "connections opened again after a close")                               \
@@ -36,7 +36,7 @@ namespace wspush::loadgen {
   X(err_too_many_files, "socket: EMFILE/ENFILE (open-files limit)")                     \
   X(err_other, "connect: another errno")                                                \
   X(err_closed_in_upgrade, "EOF before a complete upgrade response")                    \
-  X(err_bad_accept, "101 without the right Sec-WebSocket-Accept")                       \
+  X(err_bad_accept, "101 without the right Sec-WebSocket-Accept (sse: 200, not text/event-stream)") \
   X(err_deadline, "not upgraded by the connect deadline")                               \
   X(err_tls, "wss://: the TLS handshake failed")                                        \
   X(http_401, "upgrade refused: 401")                                                   \
@@ -64,11 +64,11 @@ namespace wspush::loadgen {
   X(compressed, "messages that came compressed (RSV1)")                                 \
   X(complete, "checked connections that got every message")                             \
   X(disconnects, "EOF or reset on an upgraded connection")                              \
-  X(server_closes, "close frames received")                                             \
+  X(server_closes, "close frames received (sse: retry: fields, a stream's last words)") \
   X(close_1001, "close frames with 1001 (going away)")                                  \
   X(close_1013, "close frames with 1013 (slow consumer, overload)")                     \
   X(protocol_errors, "malformed server frames")                                         \
-  X(pings, "pings answered")                                                            \
+  X(pings, "pings answered (sse: keepalive comments)")                                  \
   X(send_errors, "sends that failed")
 
 enum class ctr : std::uint8_t {

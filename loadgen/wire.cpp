@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <zlib.h>
 
+#include <cctype>
 #include <charconv>
 #include <stdexcept>
 
@@ -103,6 +104,50 @@ upgrade_answer check_upgrade_response(std::string_view head, std::string_view ac
     while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
     if (is_accept) a.accept_ok = v == accept;
     else a.deflate = v.starts_with("permessage-deflate");
+  }
+  return a;
+}
+
+std::string make_stream_request(std::string_view path, std::string_view host, std::string_view topic,
+                                std::string_view token, std::string_view last_id) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string r;
+  r.reserve(160 + 3 * topic.size() + token.size() + last_id.size());
+  r.append("GET ").append(path).append(path.find('?') == std::string_view::npos ? "?topics=" : "&topics=");
+  for (const char ch : topic) {   // a comma would split the topic in two; `:` and the unreserved stay
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == ':') {
+      r += ch;
+    } else {
+      r += '%';
+      r += hex[c >> 4];
+      r += hex[c & 15];
+    }
+  }
+  if (!token.empty()) r.append("&token=").append(token);
+  r.append(" HTTP/1.1\r\nHost: ").append(host);
+  r.append("\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n");
+  if (!last_id.empty()) r.append("Last-Event-ID: ").append(last_id).append("\r\n");
+  r.append("\r\n");
+  return r;
+}
+
+upgrade_answer check_stream_response(std::string_view head) noexcept {
+  upgrade_answer a;
+  if (head.size() < 12 || head.substr(0, 7) != "HTTP/1." || head[8] != ' ') return a;
+  std::size_t pos = 9;
+  std::uint64_t code = 0;
+  if (!read_u64(head, pos, code) || pos != 12 || code > 999) return a;
+  a.status = static_cast<int>(code);
+  if (a.status != 200) return a;
+  constexpr std::string_view name = "content-type:", type = "text/event-stream";
+  for (std::size_t at = head.find("\r\n"); at != std::string_view::npos; at = head.find("\r\n", at + 2)) {
+    const std::string_view line = head.substr(at + 2, head.find("\r\n", at + 2) - at - 2);
+    if (line.size() < name.size() || !iequals(line.substr(0, name.size()), name)) continue;
+    std::string_view v = line.substr(name.size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    a.accept_ok = v.size() >= type.size() && iequals(v.substr(0, type.size()), type) &&
+                  (v.size() == type.size() || v[type.size()] == ';' || v[type.size()] == ' ');
   }
   return a;
 }

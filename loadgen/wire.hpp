@@ -62,6 +62,14 @@ struct upgrade_answer {
 };
 upgrade_answer check_upgrade_response(std::string_view head, std::string_view accept) noexcept;
 
+/// An event stream's request (`--transport sse`): `GET path?topics=TOPIC[&token=T] HTTP/1.1`
+/// (the topic percent-encoded) with `Accept: text/event-stream`, and `Last-Event-ID: ID` when
+/// `last_id` is not empty, as EventSource resumes.
+std::string make_stream_request(std::string_view path, std::string_view host, std::string_view topic,
+                                std::string_view token, std::string_view last_id);
+/// Its answer's head: `accept_ok` when it is a 200 with Content-Type text/event-stream.
+upgrade_answer check_stream_response(std::string_view head) noexcept;
+
 // ---------------------------------------------------------------------------------------------
 // Payload: `{"s":SEQ,"t":SEND_NS}` (CLOCK_MONOTONIC, same machine), padded to `size` bytes with
 // a `"p"` string. Valid JSON, so a pub/sub server forwards it as `data`, and valid UTF-8 text,
@@ -277,11 +285,13 @@ struct spill {
   std::uint8_t data_len;
   std::uint8_t ctrl_len;
   std::uint8_t hdr_len;
+  void clear() noexcept { data_len = ctrl_len = hdr_len = 0; }
 };
 
 /// A worker's spills: a slab with a free list. It grows to the most cuts pending at once (at most
-/// one per connection) and allocates nothing after that.
-class spill_pool {
+/// one per connection) and allocates nothing after that. `Slot::clear()` readies a leased one.
+template <class Slot>
+class slab_pool {
 public:
   static constexpr std::uint32_t none = ~std::uint32_t{0};
 
@@ -295,19 +305,20 @@ public:
       i = _free.back();
       _free.pop_back();
     }
-    spill& s = _slots[i];
-    s.data_len = s.ctrl_len = s.hdr_len = 0;
+    _slots[i].clear();
     return i;
   }
   void release(std::uint32_t i) noexcept { _free.push_back(i); }
   /// Valid until the next lease() (the slab may move).
-  spill& operator[](std::uint32_t i) noexcept { return _slots[i]; }
+  Slot& operator[](std::uint32_t i) noexcept { return _slots[i]; }
   [[nodiscard]] std::size_t leased() const noexcept { return _slots.size() - _free.size(); }
 
 private:
-  std::vector<spill> _slots;
+  std::vector<Slot> _slots;
   std::vector<std::uint32_t> _free;
 };
+
+using spill_pool = slab_pool<spill>;
 
 /// The head of a permessage-deflate message, inflated (zlib's stream, reset for each message:
 /// the server takes no context over). The load generator reads only a message's first bytes,

@@ -34,6 +34,7 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
     _ssl.assign(count, nullptr);
   }
   if (reconnects()) _last_ids.resize(count);
+  if (o.transport == transport_kind::sse) _streams.resize(count);
   _steps.resize(o.step_rates.size());
   _rng.state = (now_ns() ^ (std::uint64_t{index} << 40) ^ static_cast<std::uint64_t>(getpid())) | 1;
   for (std::uint32_t i = 0; i < count; ++i) {
@@ -75,6 +76,7 @@ void worker::open_one(std::uint32_t i, std::uint64_t now) noexcept {
   c.state = conn_state::connecting;
   c.started_ns = now;
   c.reader.reset(_spills);   // here, not at the drop: a drop may happen inside the reader's consume()
+  if (!_streams.empty()) _streams[i].reset(_stream_spills);
   ++_in_progress;
   const in_addr* src = _o.sources.empty() ? nullptr : &_o.sources[(_first + i) % _o.sources.size()];
   const int fd = start_connect(_o.server, src);
@@ -148,6 +150,7 @@ void worker::on_handshake(std::uint32_t i) noexcept {
 }
 
 void worker::send_upgrade(std::uint32_t i) noexcept {
+  if (!_streams.empty()) return send_stream_request(i);
   lg_conn& c = _conns[i];
   const std::string key = make_key(_rng);
   const std::string token = mint_token(_o.jwt_secret, _o.topic_of(_first + i), false, _o.token_ttl);
@@ -159,6 +162,23 @@ void worker::send_upgrade(std::uint32_t i) noexcept {
   }
   c.upgrade = std::make_unique<upgrade_state>();
   c.upgrade->accept = expected_accept(key);
+  c.state = conn_state::upgrading;
+  watch(i, EPOLLIN);
+}
+
+/// --transport sse: the GET of the connection's event stream, with its token as the upgrade
+/// carries it, and where it resumes (Last-Event-ID) when it comes back.
+void worker::send_stream_request(std::uint32_t i) noexcept {
+  lg_conn& c = _conns[i];
+  const std::string topic = _o.topic_of(_first + i);
+  const std::string token = mint_token(_o.jwt_secret, topic, false, _o.token_ttl);
+  const std::string request = make_stream_request(_o.path, _o.host_header, topic, token, resume_id(i));
+  const ssize_t n = io_send(i, request.data(), request.size());
+  if (n != static_cast<ssize_t>(request.size())) {
+    if (_tls != nullptr) return fail(i, ctr::err_tls);
+    return fail(i, n < 0 ? classify_errno(errno) : ctr::err_other, n < 0 ? errno : EAGAIN);
+  }
+  c.upgrade = std::make_unique<upgrade_state>();
   c.state = conn_state::upgrading;
   watch(i, EPOLLIN);
 }
@@ -235,6 +255,7 @@ void worker::on_upgrade_bytes(std::uint32_t i) noexcept {
 /// The response head is complete: check it, subscribe, and hand any bytes behind it to the
 /// frame reader.
 void worker::finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept {
+  if (!_streams.empty()) return finish_stream_head(i, head_len);
   lg_conn& c = _conns[i];
   const std::string resp = std::move(c.upgrade->response);
   const upgrade_answer a = check_upgrade_response(std::string_view(resp).substr(0, head_len), c.upgrade->accept);
@@ -250,9 +271,7 @@ void worker::finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept {
   ++_c[ctr::open];
   if (_o.proto == protocol::pubsub) {
     c.state = conn_state::subscribing;
-    const std::string_view since = _last_ids.empty() ? std::string_view{}
-                                                     : std::string_view(_last_ids[i].bytes.data(), _last_ids[i].len);
-    if (!send_text(c, make_sub(_o.topic_of(_first + i), since))) return fail(i, ctr::err_reset);
+    if (!send_text(c, make_sub(_o.topic_of(_first + i), resume_id(i)))) return fail(i, ctr::err_reset);
   } else {
     become_ready(i);
   }
@@ -260,6 +279,29 @@ void worker::finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept {
     _recv_ns = now_ns();
     const auto* rest = reinterpret_cast<const std::uint8_t*>(resp.data()) + head_len;
     feed(i, std::span<const std::uint8_t>(rest, resp.size() - head_len));
+  }
+}
+
+/// An event stream's head is complete: a 200 of text/event-stream, and the stream's sub is the
+/// server's to make; its `subbed` event is the answer, as the WebSocket's `subbed` reply is.
+/// Events right behind the head go to the stream's reader.
+void worker::finish_stream_head(std::uint32_t i, std::size_t head_len) noexcept {
+  lg_conn& c = _conns[i];
+  const std::string resp = std::move(c.upgrade->response);
+  const upgrade_answer a = check_stream_response(std::string_view(resp).substr(0, head_len));
+  if (a.status != 200) {
+    if (_c.first_status == 0) _c.first_status = a.status;
+    return fail(i, classify_status(a.status));
+  }
+  if (!a.accept_ok) return fail(i, ctr::err_bad_accept);
+  c.upgrade.reset();
+  ++_c[ctr::connected];
+  ++_c[ctr::open];
+  c.state = conn_state::subscribing;
+  if (resp.size() > head_len) {
+    _recv_ns = now_ns();
+    const auto* rest = reinterpret_cast<const std::uint8_t*>(resp.data()) + head_len;
+    feed_stream(i, std::span<const std::uint8_t>(rest, resp.size() - head_len));
   }
 }
 

@@ -8,6 +8,7 @@
 ///
 /// Every wait has a deadline; the parent bounds the whole run on top of that.
 
+#include "loadgen/event_stream.hpp"
 #include "loadgen/histogram.hpp"
 #include "loadgen/options.hpp"
 #include "loadgen/rate_limiter.hpp"
@@ -37,7 +38,9 @@ struct upgrade_state {
 };
 
 /// One client connection (its index in the worker's slab is its handle). Budget: one cache
-/// line; nothing in it grows with the traffic (cut frames lease a spill from the worker).
+/// line; nothing in it grows with the traffic (cut frames lease a spill from the worker). An
+/// event stream (--transport sse) reads with the worker's sse_reader of its index instead of
+/// `reader`.
 struct lg_conn {
   frame_reader reader;
   seq_tracker seq;
@@ -77,7 +80,8 @@ public:
 
 private:
   static constexpr std::uint64_t ctrl_tag = ~std::uint64_t{0};
-  struct sink;   // frame_handler of one connection
+  struct sink;          // frame_handler of one connection
+  struct stream_sink;   // event_handler of one event stream
 
   // opening and upgrading (worker.cpp)
   void open_due(std::uint64_t now) noexcept;
@@ -86,6 +90,7 @@ private:
   void on_connected(std::uint32_t i) noexcept;
   void on_handshake(std::uint32_t i) noexcept;
   void send_upgrade(std::uint32_t i) noexcept;
+  void send_stream_request(std::uint32_t i) noexcept;
   void on_upgrade_bytes(std::uint32_t i) noexcept;
   // the socket, or with wss:// its TLS (worker.cpp)
   ssize_t io_send(std::uint32_t i, const void* data, std::size_t len) noexcept;
@@ -96,6 +101,11 @@ private:
   void watch(std::uint32_t i, std::uint32_t events) noexcept;
   std::uint32_t index_of(const lg_conn& c) const noexcept { return static_cast<std::uint32_t>(&c - _conns.data()); }
   void finish_upgrade(std::uint32_t i, std::size_t head_len) noexcept;
+  void finish_stream_head(std::uint32_t i, std::size_t head_len) noexcept;
+  /// The id to resume from (empty: none yet, or the scenario does not reconnect).
+  [[nodiscard]] std::string_view resume_id(std::uint32_t i) const noexcept {
+    return _last_ids.empty() ? std::string_view{} : std::string_view(_last_ids[i].bytes.data(), _last_ids[i].len);
+  }
   void become_ready(std::uint32_t i) noexcept;
   bool send_text(lg_conn& c, std::string_view text) noexcept;
   void send_control(lg_conn& c, proto::opcode op, std::span<const std::uint8_t> payload) noexcept;
@@ -104,6 +114,7 @@ private:
   void dispatch(std::uint64_t tag, std::uint32_t events) noexcept;
   void on_readable(std::uint32_t i) noexcept;
   void feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept;
+  void feed_stream(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept;
   void on_reply(std::uint32_t i, std::string_view msg) noexcept;
   void on_payload(lg_conn& c, std::uint32_t i, const delivery& d) noexcept;
   void keep_id(std::uint32_t i, std::string_view id) noexcept;
@@ -128,6 +139,8 @@ private:
   std::vector<lg_conn> _conns;
   std::vector<last_event_id> _last_ids;   ///< per connection when the scenario reconnects, else empty
   spill_pool _spills;                     ///< for frames cut by the end of a read
+  std::vector<sse_reader> _streams;       ///< --transport sse: each connection's reader, by index, else empty
+  sse_spill_pool _stream_spills;          ///< for events cut by the end of a read
   std::unique_ptr<head_inflater> _inflater;  ///< --compression: compressed messages' heads
   ssl_ctx_st* _tls = nullptr;             ///< wss://: the client context
   std::vector<ssl_st*> _ssl;              ///< wss://: each connection's TLS, by index (null when closed)

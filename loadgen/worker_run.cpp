@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 
 namespace wspush::loadgen {
 
@@ -133,7 +134,7 @@ void worker::on_readable(std::uint32_t i) noexcept {
     ++_c[ctr::foreign];   // an event of a topic this connection did not subscribe to
     return;
   }
-  if (!_last_ids.empty()) keep_id(i, d.id);
+  if (!_last_ids.empty() && _streams.empty()) keep_id(i, d.id);   // a stream keeps its id: lines
   const bool fresh = c.seq.on_seq(static_cast<std::uint32_t>(d.seq), c.checked ? _seq : _scratch);
   const std::uint64_t latency = _recv_ns > d.send_ns ? _recv_ns - d.send_ns : 0;
   if (!_steps.empty() && c.checked) {
@@ -191,7 +192,47 @@ struct worker::sink {
   }
 };
 
+/// Routes the event-stream reader's events of one stream back into the worker: the same
+/// accounting as the WebSocket's messages (an event's data is the message a WebSocket client
+/// gets), named events (`subbed`, `lost`, `error`) to on_reply() as the replies they carry, the
+/// keepalive comment counted as a ping. Every `id:` is kept for Last-Event-ID when the scenario
+/// reconnects.
+struct worker::stream_sink {
+  worker& w;
+  lg_conn& c;
+  std::uint32_t i;
+  bool closed = false;
+  std::uint64_t retry_ns = 0;
+
+  [[nodiscard]] bool gone() const noexcept { return closed || c.fd < 0; }
+
+  [[gnu::always_inline]] void on_event(const sse_event& e) noexcept {
+    if (gone()) return;
+    if (e.has_id && !w._last_ids.empty()) w.keep_id(i, e.id);
+    if (e.data.empty()) return;
+    if (!e.name.empty() || !e.data.starts_with(R"({"topic":")")) return w.on_reply(i, e.data);
+    const delivery d = w._memo->read(e.data, c.seq.next());
+    if (d.ok) return w.on_payload(c, i, d);
+    ++w._c[ctr::foreign];
+  }
+  void on_comment() noexcept {
+    if (!gone()) ++w._c[ctr::pings];
+  }
+  /// The server writes `retry:` only as a stream's last words, before it closes: the close,
+  /// and how long to wait before coming back (as EventSource waits; at most a minute).
+  void on_retry(std::string_view value) noexcept {
+    if (gone()) return;
+    closed = true;
+    std::uint64_t ms = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (ec == std::errc{} && end == value.data() + value.size()) {
+      retry_ns = std::min<std::uint64_t>(ms, 60'000) * 1'000'000;
+    }
+  }
+};
+
 void worker::feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept {
+  if (!_streams.empty()) return feed_stream(i, bytes);
   lg_conn& c = _conns[i];
   sink s{*this, c, i};
   if (!c.reader.consume(bytes, s, _spills)) {
@@ -205,6 +246,17 @@ void worker::feed(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept
   if (s.close_code == 1001) ++_c[ctr::close_1001];
   if (s.close_code == 1013) ++_c[ctr::close_1013];
   drop(i, reconnects() && _go, 50'000'000 + _rng.next() % 250'000'000);
+}
+
+void worker::feed_stream(std::uint32_t i, std::span<const std::uint8_t> bytes) noexcept {
+  lg_conn& c = _conns[i];
+  stream_sink s{*this, c, i};
+  _streams[i].consume(bytes, s, _stream_spills);
+  if (c.fd >= 0 && s.closed) {
+    ++_c[ctr::server_closes];
+    drop(i, reconnects() && _go, s.retry_ns != 0 ? s.retry_ns : 50'000'000 + _rng.next() % 250'000'000);
+  }
+  if (c.fd < 0) _streams[i].reset(_stream_spills);   // dropped inside consume() or just now: give back its spill
 }
 
 /// A pub/sub message that is not an event at first sight: a reply to the sub, an event in
@@ -226,8 +278,9 @@ void worker::on_reply(std::uint32_t i, std::string_view msg) noexcept {
         c.told = true;
       }
       // Before its first event, or once its topic was reported lost, a reconnecting connection
-      // resumes from where `subbed` put it (the events replayed behind it move it on).
-      if (!_last_ids.empty() && (lost || _last_ids[i].len == 0)) keep_id(i, subbed_position(msg));
+      // resumes from where `subbed` put it (the events replayed behind it move it on). A
+      // stream's `subbed` event carries that position as its id: (kept already).
+      if (!_last_ids.empty() && _streams.empty() && (lost || _last_ids[i].len == 0)) keep_id(i, subbed_position(msg));
       return become_ready(i);
     }
     case server_msg::error:
@@ -326,7 +379,7 @@ void worker::churn_tick(std::uint64_t now) noexcept {
     const std::uint32_t i = _churners[_churn_next++ % _churners.size()];
     if (_conns[i].state != conn_state::ready) continue;
     static constexpr std::uint8_t normal[2] = {0x03, 0xe8};   // 1000
-    send_control(_conns[i], proto::opcode::close, normal);
+    if (_streams.empty()) send_control(_conns[i], proto::opcode::close, normal);   // a stream just closes
     ++_c[ctr::closes_sent];
     drop(i, true, 0);
     --n;

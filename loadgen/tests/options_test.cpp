@@ -67,3 +67,30 @@ TEST_CASE("options: without steps every message is step 0") {
   CHECK(o.messages == 50);
   CHECK(o.step_of(49) == 0);
 }
+
+TEST_CASE("options: --transport sse opens event streams at an http:// URL") {
+  const options ws = parse(with({}));
+  CHECK(ws.transport == transport_kind::ws);
+  const std::vector<std::string> sse = {"mailboxes", "--transport", "sse", "--url", "http://127.0.0.1:9000/sse",
+                                        "--admin", "http://127.0.0.1:9001", "--connections", "10"};
+  const options o = parse(sse);
+  CHECK(o.transport == transport_kind::sse);
+  CHECK(o.path == "/sse");
+  CHECK(o.host_header == "127.0.0.1:9000");
+  CHECK_FALSE(o.tls);
+  CHECK(o.via == publish_via::admin);
+  std::vector<std::string> tls = sse;
+  tls[4] = "https://127.0.0.1:9443/sse";
+  CHECK(parse(tls).tls);
+  // what a stream cannot do, and URLs of the other transport
+  CHECK_THROWS_AS(parse(with({"--publish-via", "ws"}, sse)), std::runtime_error);
+  CHECK_THROWS_AS(parse(with({"--compression"}, sse)), std::runtime_error);
+  CHECK_THROWS_AS(parse(with({"--transport", "sse"})), std::runtime_error);   // a ws:// URL
+  std::vector<std::string> http = base;
+  http[2] = "http://127.0.0.1:9000/sse";
+  CHECK_THROWS_AS(parse(http), std::runtime_error);                           // an http:// URL without sse
+  CHECK_THROWS_AS(parse(with({"--transport", "udp"}, sse)), std::runtime_error);
+  std::vector<std::string> broadcast = sse;
+  broadcast[0] = "fanout";
+  CHECK_THROWS_AS(parse(with({"--protocol", "broadcast"}, broadcast)), std::runtime_error);
+}

@@ -8,7 +8,9 @@ checks its JSON too). Modes:
   pubsub     wspush --mode=pubsub: fanout and mailboxes through the admin API, and a client-side
              reconnect storm resumed with `since`; fanout with permessage-deflate (every event
              must come compressed), and over wss:// to a TLS server (every connection must have
-             done its handshake); skipped (77) while the server has no pubsub mode
+             done its handshake); the same over event streams (--transport sse: fanout,
+             mailboxes, the storm resumed with Last-Event-ID, and over https://), where nothing
+             may be lost nor reported lost; skipped (77) while the server has no pubsub mode
   node       the Node `ws` peer (tests/bench/peers/node_ws_broadcast.mjs) with the peer protocol:
              the same tool must measure other servers too; skipped (77) without node or `npm ci`
 Only processes started here are stopped, by PID.
@@ -112,12 +114,22 @@ def run_loadgen(args, argv, name, want=None):
     # before, or never); how long it then held is the load generator's own figure, reported below.
     settled = r["settle_s"] >= 0
     wrong = want(c) if want else ""
+    if "--transport" in argv and r.get("transport") != argv[argv.index("--transport") + 1]:
+        wrong = (wrong + "; " if wrong else "") + f"ran over {r.get('transport')}"
     good = (done.returncode == 0 and r["ok"] and r["loss"] == 0 and c["duplicates"] == 0
             and c["unique"] == c["expected"] > 0 and os.path.getsize(report) > 1000 and settled and not wrong)
     print(f"{name}: delivered {c['unique']}/{c['expected']}, loss {r['loss']}, duplicates {c['duplicates']}, "
           f"p99 {r['latency_us']['p99']:.0f} µs, first publish {r['settle_s']:.3f} s after all were up, "
           f"problems {r['problems']}{'; ' + wrong if wrong else ''}: {'ok' if good else 'FAILED'}", flush=True)
     return good
+
+
+def nothing_lost(c):
+    """Event streams: every stream subscribed and nothing was lost, nor reported lost."""
+    told = c["lost_reported"] + c["lost_notices"] + c["untold_loss"]
+    return "" if told == 0 and c["sub_errors"] == 0 else (
+        f"lost reported {c['lost_reported']}, lost notices {c['lost_notices']}, untold {c['untold_loss']}, "
+        f"sub errors {c['sub_errors']}")
 
 
 def deflate_and_tls(args, common, admin):
@@ -143,6 +155,9 @@ def deflate_and_tls(args, common, admin):
         both = lambda c: shook(c) or deflated(c)  # noqa: E731
         ok = run_loadgen(args, ["mailboxes", "--messages", "600", "--publish-rate", "300", "--size", "600",
                                 "--compression"] + tls, "mailboxes-wss-deflate", both) and ok
+        tls[1] = f"https://127.0.0.1:{ports['ws']}/sse"
+        ok = run_loadgen(args, ["mailboxes", "--transport", "sse", "--messages", "600", "--publish-rate", "300",
+                                "--size", "600"] + tls, "mailboxes-sse-https", lambda c: shook(c) or nothing_lost(c)) and ok
     finally:
         stop(proc)
     return ok
@@ -180,6 +195,14 @@ def main():
                                "--storm-at", "1"]),
                     ("fanout-ws", ["fanout", "--publish-via", "ws", "--messages", "50", "--publish-rate", "25"])]
         ok = all([run_loadgen(args, argv + common, name) for name, argv in runs])
+        if args.mode == "pubsub":
+            # Event streams: the same accounting, each connection a GET of its topic's stream.
+            sse = ["--transport", "sse", "--url", f"http://127.0.0.1:{ports['ws']}/sse", "--admin", admin] + common[2:]
+            for name, argv in (("fanout-sse", ["fanout", "--messages", "50", "--publish-rate", "25"]),
+                               ("mailboxes-sse", ["mailboxes", "--messages", "600", "--publish-rate", "300"]),
+                               ("storm-sse", ["reconnect-storm", "--messages", "60", "--publish-rate", "30",
+                                              "--storm-at", "1"])):
+                ok = run_loadgen(args, argv + sse, name, nothing_lost) and ok
         if args.mode == "pubsub":
             ok = deflate_and_tls(args, common, admin) and ok
         # Churn on both backends: connections closing abruptly while others stay and receive.
