@@ -66,6 +66,7 @@ enum class client_error : std::uint8_t {
   unavailable,      // the server cannot take it now (bus down, draining); a `pub`: it was not published
   unauthorized,     // an `auth` token that is malformed, forged, expired or not yet valid
   timeout,          // a `pub` sent to Redis when the link broke, unanswered: it may have been published
+  rate_limited,     // past the connection's message rate (--client-message-rate): not handled
 };
 
 constexpr std::string_view client_error_name(client_error e) noexcept {
@@ -81,6 +82,7 @@ constexpr std::string_view client_error_name(client_error e) noexcept {
     case client_error::unavailable: return "unavailable";
     case client_error::unauthorized: return "unauthorized";
     case client_error::timeout: return "timeout";
+    case client_error::rate_limited: return "rate_limited";
   }
   return "unknown";
 }

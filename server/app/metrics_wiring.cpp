@@ -161,6 +161,7 @@ void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& sha
   m.add_counter_fn("wspush_messages_dropped_total", [h] { return double(h->dropped()); }, {},
                    {{"reason", "shard_unavailable"}});
   m.add_counter_fn("wspush_client_errors_total", pubsub_sum(shards, &pc::client_errors));
+  m.add_counter_fn("wspush_client_messages_rate_limited_total", pubsub_sum(shards, &pc::client_rate_limited));
   m.add_counter_fn("wspush_token_expired_closes_total", pubsub_sum(shards, &pc::token_expired_closes));
   m.add_gauge_fn("wspush_topics", pubsub_sum(shards, &pc::topics));
   m.add_gauge_fn("wspush_subscriptions", pubsub_sum(shards, &pc::subscriptions));

@@ -45,6 +45,9 @@ struct conn_options {
 struct session_options {
   std::uint32_t max_topics_per_connection = 64;
   bool allow_client_publish = false;  ///< without tokens: may clients `pub`? (tokens: the `pub` claim decides)
+  /// Messages a second a connection may send, in bursts of up to client_message_burst (0: any).
+  double client_message_rate = 0;
+  std::uint32_t client_message_burst = 20;
 };
 
 }  // namespace wspush::server

@@ -19,6 +19,10 @@ constexpr std::uint32_t expire_every_ticks = 20;  // the history's TTL sweep: on
 /// keeps the rest, and TCP slows the client), so a client's flood holds at most this many
 /// messages of the node's memory, plus the node-wide bound of the bus.
 constexpr std::uint16_t max_pubs_in_flight = 16;
+/// Messages refused past the rate before the connection is closed with 1008, unless it keeps to
+/// its rate again in between: a client that slows down when told is served, one that does not
+/// is not.
+constexpr std::uint64_t max_refused_past_rate = 16;
 
 /// Writes `topics` into `out` (room for max_topics_per_message) each once, in the order first
 /// named, and returns how many: a topic named twice in one sub is one subscription on either
@@ -57,6 +61,10 @@ session::session(const session_options& o, const proto::jwt_verifier* tokens, hu
   _replay.reserve(64);
   _names.reserve(std::size_t(o.max_topics_per_connection) * proto::max_topic_bytes);
   _gone.reserve(o.max_topics_per_connection);
+  if (o.client_message_rate > 0) {
+    _rate_interval_us = std::max<std::uint64_t>(1, std::uint64_t(1e6 / o.client_message_rate));
+    _rate_tolerance_us = _rate_interval_us * (std::max<std::uint32_t>(o.client_message_burst, 1) - 1);
+  }
 }
 
 session::~session() = default;
@@ -74,7 +82,42 @@ void session::use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pend
 }
 
 bool session::on_open(conn_id c, const open_info& info) noexcept {
+  if (_rate_interval_us) {
+    if (c >= _rate.size()) {
+      try {
+        _rate.resize(std::max<std::size_t>(c + 1, _rate.size() * 2));  // grows with the slots, not per connection
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+    }
+    _rate[c] = 0;  // a full burst
+  }
   return !_tokens || _sessions.set(c, info.exp, info.topics, info.pub);
+}
+
+/// Whether `c`'s message keeps to --client-message-rate. One past it is answered `rate_limited`
+/// and not handled; max_refused_past_rate of them without the connection keeping to its rate
+/// in between, and it is closed with 1008.
+bool session::within_rate(conn_id c) noexcept {
+  if (!_rate_interval_us || c >= _rate.size()) return true;
+  constexpr std::uint64_t time_mask = (std::uint64_t(1) << 48) - 1;
+  const std::uint64_t now = (monotonic_ns() / 1000) & time_mask;
+  std::uint64_t tat = _rate[c] & time_mask, refused = _rate[c] >> 48;
+  if (tat > now && tat - now > _rate_tolerance_us) {
+    ++refused;
+    _rate[c] = (std::min<std::uint64_t>(refused, 0xFFFF) << 48) | tat;
+    _fanout.counters().client_rate_limited.add();
+    if (refused >= max_refused_past_rate) {
+      log_ratelimited(log_level::info, "closing a connection that kept sending past --client-message-rate");
+      _ops->close(c, proto::close_code::policy_violation);
+      return false;
+    }
+    client_error(c, proto::client_error::rate_limited, {});
+    return false;
+  }
+  if (tat <= now) refused = 0;  // it kept to its rate: nothing borrowed from its burst
+  _rate[c] = (refused << 48) | ((std::max(tat, now) + _rate_interval_us) & time_mask);
+  return true;
 }
 
 void session::on_close(conn_id c) noexcept {
@@ -129,6 +172,7 @@ bool session::reply(conn_id c, std::size_t bound, Encode&& encode) noexcept {
 
 void session::on_message(conn_id c, message& m) noexcept {
   if (m.op != proto::opcode::text) return _ops->close(c, proto::close_code::unsupported_data);  // the protocol is JSON text
+  if (!within_rate(c)) return;
   std::string_view text(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
   auto r = _parser.parse(text, m.readable, *_env);
   if (!r.ok()) return client_error(c, r.error, {});
@@ -146,7 +190,8 @@ void session::client_error(conn_id c, proto::client_error e, std::string_view to
   // `unavailable` and `timeout` are the node's state (its bus is away), not the client's fault,
   // and a client sends such a sub or pub again until Redis is back: they must not close the
   // connection.
-  const bool node_state = e == proto::client_error::unavailable || e == proto::client_error::timeout;
+  const bool node_state = e == proto::client_error::unavailable || e == proto::client_error::timeout ||
+                          e == proto::client_error::rate_limited;  // within_rate counts those itself
   auto errors = std::uint8_t(_ops->app_bits(c) + (node_state ? 0 : 1));
   reply(c, 64 + of.size() + 6 * topic.size(), [&](std::span<char> out) { return proto::encode_error(e, topic, out, of); });
   if (errors > max_errors_in_a_row) {

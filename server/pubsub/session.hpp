@@ -74,6 +74,7 @@ class session final : public application, private bus_reply_handler {
   struct waiting_sub;
   void pace(std::uint64_t request, waiting_sub& w) noexcept;
   std::uint64_t room(conn_id c) const noexcept;
+  bool within_rate(conn_id c) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
@@ -120,6 +121,11 @@ class session final : public application, private bus_reply_handler {
   };
   std::unordered_map<conn_id, pub_flow> _pubs;
   std::uint32_t _next_flow = 1;
+  // --client-message-rate, per slot: when the connection's next message is due at its rate
+  // (the generic cell rate algorithm, in microseconds of the monotonic clock: 48 bits) and how
+  // many it sent past the rate since it last kept to it (16 bits). Only with the option.
+  std::vector<std::uint64_t> _rate;
+  std::uint64_t _rate_interval_us = 0, _rate_tolerance_us = 0;
 };
 
 }  // namespace wspush::server::pubsub

@@ -11,8 +11,12 @@ again.
 `--max-connection-lifetime S`: every WebSocket connection is closed with 1001 after S +-10%, each
 at its own time (connections opened together do not end together); a client that resumes with
 `since` after each such close, while events are published all along, gets every event once, in
-order; an event stream ends with `retry:`. Counted in `wspush_lifetime_closes_total`. Exit 0
-pass, 1 fail, 77 io_uring unavailable.
+order; an event stream ends with `retry:`. Counted in `wspush_lifetime_closes_total`.
+
+`--client-message-rate R --client-message-burst B`: a client gets its burst, then one message
+per 1/R s; one past it is answered `{"op":"error","code":"rate_limited"}` and not handled; a client
+that keeps to its rate is never refused; a flood is closed with 1008 after 16 refusals. Counted in
+`wspush_client_messages_rate_limited_total`. Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
 import json
@@ -199,12 +203,64 @@ def lifetime(args) -> None:
     server.kill()
 
 
+MSG_RATE, MSG_BURST = 10, 5
+
+
+async def message_rate(server: ServerProcess) -> None:
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    sub = json.dumps({"op": "sub", "topics": ["mailbox:rate"]})
+    ws = await websockets.connect(url, ping_interval=None)
+    for k in range(MSG_BURST):  # the burst, at once
+        await ws.send(sub)
+    for k in range(MSG_BURST):
+        reply = await recv_json(ws)
+        check(reply.get("op") == "subbed", f"message {k} of the burst answered {reply}")
+    await ws.send(sub)
+    reply = await recv_json(ws)
+    check(reply == {"op": "error", "code": "rate_limited"}, f"past the burst: {reply}")
+    await asyncio.sleep(1.5 / MSG_RATE)
+    await ws.send(sub)
+    check((await recv_json(ws)).get("op") == "subbed", "a message at the rate after a refusal was refused")
+    await ws.close()
+    # A client that keeps to its rate (a little under it) is never refused.
+    polite = await websockets.connect(url, ping_interval=None)
+    for k in range(int(MSG_RATE * 2)):
+        await polite.send(sub)
+        reply = await recv_json(polite)
+        check(reply.get("op") == "subbed", f"a polite client's message {k} answered {reply}")
+        await asyncio.sleep(1.2 / MSG_RATE)
+    await polite.close()
+    # A flood is refused, then closed with 1008.
+    flood = await websockets.connect(url, ping_interval=None)
+    for _ in range(100):
+        await flood.send(sub)
+    codes = []
+    try:
+        while True:
+            codes.append((await recv_json(flood)).get("code", "subbed"))
+    except websockets.ConnectionClosed as e:
+        check(e.rcvd is not None and e.rcvd.code == 1008, f"the flood was closed with {e.rcvd}, not 1008")
+    check(codes.count("rate_limited") == 15 and codes.count("subbed") == MSG_BURST,
+          f"the flood got {codes.count('subbed')} subbed and {codes.count('rate_limited')} rate_limited before 1008")
+
+
+def message_rate_step(args) -> None:
+    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
+                           extra=["--client-message-rate", str(MSG_RATE), "--client-message-burst", str(MSG_BURST)]).start()
+    before = metric(server, "wspush_client_messages_rate_limited_total")
+    asyncio.run(message_rate(server))
+    counted = metric(server, "wspush_client_messages_rate_limited_total") - before
+    check(counted == 1 + 16, f"{counted} counted as rate limited, 17 were")
+    server.kill()
+
+
 def main(args) -> None:
     server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
                            extra=["--upgrade-rate", str(RATE)]).start()
     run_step("--upgrade-rate against a storm of upgrades and streams", upgrade_rate, server)
     server.kill()
     run_step("--max-connection-lifetime: 1001 each at its time, resume loses nothing", lifetime, args)
+    run_step("--client-message-rate: burst, rate, rate_limited, a flood closed 1008", message_rate_step, args)
 
 
 if __name__ == "__main__":
