@@ -9,6 +9,7 @@
 
 #include "proto/sse.hpp"
 #include "server/base/clock.hpp"
+#include "server/base/random.hpp"
 #include "proto/topic.hpp"
 #include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
@@ -268,9 +269,8 @@ void http_phase::count_refusal(std::uint16_t status) noexcept {
 bool http_phase::over_rate(std::uint32_t slot) noexcept {
   rate_gate* gate = _c.upgrade_gate();
   if (!gate || gate->admit(std::int64_t(monotonic_ns()))) return false;
-  _rand ^= _rand << 13, _rand ^= _rand >> 7, _rand ^= _rand << 17;
   char header[40];
-  const int n = std::snprintf(header, sizeof header, "Retry-After: %u\r\n", unsigned(gate->retry_after(_rand)));
+  const int n = std::snprintf(header, sizeof header, "Retry-After: %u\r\n", unsigned(gate->retry_after(next_random(_rand))));
   _c.counters_mut().upgrades_rate_limited.add();
   respond(slot, 503, "too many connections opening this second: retry after the seconds Retry-After says\n",
           {header, std::size_t(n)}, "text/plain");

@@ -10,6 +10,7 @@
 #include "proto/sse.hpp"
 #include "proto/ws_close.hpp"
 #include "proto/ws_frame.hpp"
+#include "server/base/random.hpp"
 #include "server/conn/app.hpp"
 #include "server/conn/connections.hpp"
 
@@ -59,9 +60,8 @@ void sse_phase::start(std::uint32_t slot, std::span<const std::string_view> topi
 
 /// A stream's reconnect delay after a close: 1 to 10 s at random, so that the streams a drain
 /// (or a restart) ends come back spread out instead of all at once.
-std::uint32_t sse_phase::retry_ms(std::uint16_t) noexcept {
-  _rand ^= _rand << 13, _rand ^= _rand >> 7, _rand ^= _rand << 17;
-  return 1000 + std::uint32_t(_rand % 9000);
+std::uint32_t sse_phase::retry_ms() noexcept {
+  return 1000 + std::uint32_t(next_random(_rand) % 9000);
 }
 
 pool::frame_ref sse_phase::shared(const pool::frame_ref& frames) noexcept {
@@ -115,10 +115,9 @@ pool::frame_ref sse_phase::render(std::uint32_t slot, const pool::frame_ref& fra
     bool ok = true;
     switch (proto::opcode(h.header.raw_opcode)) {
       case proto::opcode::ping: ok = emit_raw(":\n\n"); break;  // the keepalive: a comment
-      case proto::opcode::close: {
+      case proto::opcode::close: {  // whatever the reason, the stream ends: when to come back
         char line[32];
-        const std::uint16_t code = payload.size() >= 2 ? std::uint16_t(payload[0] << 8 | payload[1]) : 0;
-        const int n = std::snprintf(line, sizeof line, "retry: %u\n\n", unsigned(retry_ms(code)));
+        const int n = std::snprintf(line, sizeof line, "retry: %u\n\n", unsigned(retry_ms()));
         ok = emit_raw({line, std::size_t(n)});
         break;
       }

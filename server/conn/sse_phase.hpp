@@ -49,7 +49,7 @@ class sse_phase {
     std::vector<std::string> topics, at;  // the positions the next event id carries
     bool opening = true;                  // `subbed` has not gone out
   };
-  std::uint32_t retry_ms(std::uint16_t code) noexcept;
+  std::uint32_t retry_ms() noexcept;
 
   connections& _c;
   std::unordered_map<std::uint32_t, stream> _streams;
