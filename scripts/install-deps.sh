@@ -6,7 +6,7 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
   build-essential cmake ninja-build pkg-config git
-  liburing-dev libssl-dev libsimdjson-dev libmimalloc-dev libdeflate-dev zlib1g-dev
+  liburing-dev libssl-dev libsimdjson-dev libmimalloc-dev libdeflate-dev zlib1g-dev libtomlplusplus-dev
   catch2 libbenchmark-dev clang-14 libclang-rt-14-dev
   python3 python3-websockets python3-redis python3-yaml openssl
   redis-server nginx-light

@@ -1,6 +1,10 @@
 #include "server/app/config.hpp"
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <cstdlib>
@@ -8,6 +12,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <toml++/toml.h>
 
 #include "server/bus/redis_url.hpp"
 
@@ -20,6 +26,7 @@ struct option {
   std::string_view help;
   std::function<std::string(const config&)> show;  // default, for --help
   std::function<void(config&, std::string_view)> set;
+  bool secret = false;  // its value is never logged (SIGHUP compares it as given)
 };
 
 std::string read_secret_file(const std::string& path, std::string_view flag = "--jwt-secret-file") {
@@ -124,7 +131,7 @@ const std::vector<option>& options() {
       {"admin-listen", "ADDR:PORT", "admin listener: /publish, /publish/batch, /metrics, /healthz, /readyz",
        [](const config& c) { return c.admin_listen; }, [](config& c, std::string_view v) { c.admin_listen = v; }},
       {"api-key", "KEY", "bearer key the admin publish endpoints require (/metrics and health checks need none)",
-       [](const config&) { return std::string("(unset)"); }, [](config& c, std::string_view v) { c.api_key = v; }},
+       [](const config&) { return std::string("(unset)"); }, [](config& c, std::string_view v) { c.api_key = v; }, true},
       {"max-body-bytes", "N", "largest admin request body; past it: HTTP 413", U32("max-body-bytes", max_body_bytes, 1024, 1u << 30)},
       {"mode", "pubsub|echo|broadcast",
        "pubsub: the topic protocol (sub/unsub/pub, publish API, history); echo: every message back to its "
@@ -153,10 +160,11 @@ const std::vector<option>& options() {
        [](config& c, std::string_view v) {
          if (v.empty()) throw config_error("--jwt-secret: the secret is empty");
          c.jwt_secret = v;
-       }},
+       },
+       true},
       {"jwt-secret-file", "FILE", "read the HS256 secret from FILE (one trailing newline is ignored)",
        [](const config&) { return std::string("(unset)"); },
-       [](config& c, std::string_view v) { c.jwt_secret = read_secret_file(std::string(v)); }},
+       [](config& c, std::string_view v) { c.jwt_secret = read_secret_file(std::string(v)); }, true},
       {"bus", "URL",
        "embedded (this process alone), or redis://[[user]:password@]host:port[/db]: nodes share publishes and "
        "history through Redis 7; several redis:// URLs, comma-separated, are isolated shards: each topic lives on "
@@ -176,7 +184,8 @@ const std::vector<option>& options() {
            throw config_error(e.what());
          }
          c.bus = v;
-       }},
+       },
+       true},  // a URL may hold a password
       {"redis-timeout", "SECONDS",
        "with --bus=redis://...: a command Redis has not answered within this marks the bus stalled "
        "(/readyz 503, wspush_bus_stalled 1); an idle link is pinged every second",
@@ -214,6 +223,26 @@ const std::vector<option>& options() {
        [](config& c, std::string_view v) { c.reuseport = parse_bool("reuseport", v); }},
       {"max-connections", "N", "WebSocket connections per process; past it upgrades get 503 (0: no limit)",
        U32("max-connections", conn.max_connections, 0, 100'000'000)},
+      {"upgrade-rate", "R",
+       "upgrades (and event streams) a second per process, in bursts of up to a second's worth; past it 503 with a "
+       "Retry-After that spreads the refused over the time they need (0: no limit)",
+       U32("upgrade-rate", conn.upgrade_rate, 0, 10'000'000)},
+      {"client-message-rate", "R",
+       "messages a second each client connection may send, in bursts of --client-message-burst; past it "
+       "{\"op\":\"error\",\"code\":\"rate_limited\"}, and 16 past it without slowing down: close 1008 (0: no limit)",
+       [](const config& c) { return fmt_seconds(c.session.client_message_rate); },
+       [](config& c, std::string_view v) {  // 0 (its default): no limit
+         c.session.client_message_rate = v == "0" ? 0 : parse_seconds("client-message-rate", v);
+       }},
+      {"client-message-burst", "N", "messages a client connection may send at once before --client-message-rate applies",
+       U32("client-message-burst", session.client_message_burst, 1, 1'000'000)},
+      {"max-connection-lifetime", "S",
+       "close each connection with 1001 after this long, +-10% drawn per connection, so that clients spread over "
+       "the nodes again after a scale-up (they resume with since and lose nothing; 0: never)",
+       [](const config& c) { return fmt_seconds(c.conn.max_connection_lifetime); },
+       [](config& c, std::string_view v) {  // 0 (its default): never
+         c.conn.max_connection_lifetime = v == "0" ? 0 : parse_seconds("max-connection-lifetime", v);
+       }},
       {"max-request-bytes", "N", "largest upgrade request; past it: HTTP 431", U32("max-request-bytes", conn.max_request_bytes, 256, 65536)},
       {"max-frame-bytes", "N", "largest frame payload; past it: close 1009", U32("max-frame-bytes", conn.max_frame_bytes, 125, 1u << 30)},
       {"max-message-bytes", "N", "largest message; past it: close 1009 (0: 64 KiB in pubsub mode, 16 MiB in the others)",
@@ -276,6 +305,120 @@ const option* find_option(std::string_view name) {
   return nullptr;
 }
 
+// ---- the --config file ----
+
+const char* toml_type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date or time";
+  }
+}
+
+// What the file may give an option follows its default (as --help shows it): a switch takes
+// true or false; an on/off option a boolean or the word; a number an integer or a float, or a
+// string (every value goes through the command line's checks, as its text); anything else a string.
+enum class toml_kind : std::uint8_t { boolean, boolean_or_string, number, string };
+
+toml_kind toml_kind_of(const option& o) {
+  if (o.value_hint.empty()) return toml_kind::boolean;
+  const std::string d = o.show(config{});
+  if (d == "on" || d == "off") return toml_kind::boolean_or_string;
+  double n;
+  auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), n);
+  return ec == std::errc{} && end == d.data() + d.size() ? toml_kind::number : toml_kind::string;
+}
+
+/// The value as the command line would spell it; config_error when its TOML type does not fit.
+std::string toml_value_text(const option& o, const toml::node& v) {
+  const toml_kind kind = toml_kind_of(o);
+  if (const auto* b = v.as_boolean(); b && (kind == toml_kind::boolean || kind == toml_kind::boolean_or_string))
+    return b->get() ? "true" : "false";
+  if (const auto* s = v.as_string(); s && kind != toml_kind::boolean) return s->get();
+  if (kind == toml_kind::number) {
+    if (const auto* i = v.as_integer()) return std::to_string(i->get());
+    if (const auto* f = v.as_floating_point()) {
+      char buf[64];
+      auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f->get());
+      return std::string(buf, end);
+    }
+  }
+  const char* want = kind == toml_kind::boolean             ? "true or false"
+                     : kind == toml_kind::boolean_or_string ? "true or false (or \"on\", \"off\")"
+                     : kind == toml_kind::number            ? "a number"
+                                                            : "a string (in quotes)";
+  throw config_error(std::string("expected ") + want + ", got " + toml_type_name(v.type()));
+}
+
+std::string position(const std::string& path, const toml::source_position& at) {
+  return path + ':' + std::to_string(at.line) + ':' + std::to_string(at.column);
+}
+
+/// An option's message (`--name: ...`, as the command line gets it) about the file's `name = `.
+std::string about_key(std::string_view name, const std::string& what) {
+  const std::string flag = "--" + std::string(name);
+  if (what.starts_with(flag) && what.size() > flag.size() && (what[flag.size()] == ':' || what[flag.size()] == ' '))
+    return what.substr(2);
+  return std::string(name) + ": " + what;
+}
+
+std::string read_config_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw config_error("--config: cannot read '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const int err = std::ferror(f) ? errno : 0;  // a directory opens, and fails here
+  std::fclose(f);
+  if (err) throw config_error("--config: cannot read '" + path + "': " + std::strerror(err));
+  return text;
+}
+
+/// Sets each option of the file, in the file's order, with the command line's checks; an
+/// unknown key or a bad value stops at the first, named with its line and column.
+void apply_file(config& c, const std::string& path) {
+  toml::table t;
+  try {
+    t = toml::parse(read_config_file(path), path);
+  } catch (const toml::parse_error& e) {
+    throw config_error(position(path, e.source().begin) + ": " + std::string(e.description()));
+  }
+  std::vector<std::pair<const toml::key*, const toml::node*>> keys;
+  for (auto&& [k, v] : t) keys.emplace_back(&k, &v);
+  std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {  // the table is in key order
+    const auto &x = a.first->source().begin, &y = b.first->source().begin;
+    return x.line != y.line ? x.line < y.line : x.column < y.column;
+  });
+  for (const auto& [k, v] : keys) {
+    const std::string_view name = k->str();
+    const std::string at = position(path, k->source().begin);
+    if (name == "config") throw config_error(at + ": config: --config belongs on the command line (or in WSPUSH_CONFIG), not in the file it names");
+    const option* o = find_option(name);
+    if (!o) {
+      std::string dashed(name);
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      throw config_error(at + ": unknown option \"" + std::string(name) + '"' +
+                         (dashed != name && find_option(dashed) ? " (spelled " + dashed + ", as on the command line)"
+                                                                : std::string(" (see --help)")));
+    }
+    std::string value;
+    try {
+      value = toml_value_text(*o, *v);
+      o->set(c, value);
+    } catch (const config_error& e) {
+      throw config_error(position(path, v->source().begin) + ": " + about_key(name, e.what()));
+    }
+    config::given_value g{value, path + ':' + std::to_string(k->source().begin.line)};
+    c.in_file.insert_or_assign(std::string(name), g);
+    c.given.insert_or_assign(std::string(name), std::move(g));
+  }
+}
+
 }  // namespace
 
 const char* mode_name(app_mode m) noexcept {
@@ -298,8 +441,10 @@ const char* kernel_tls_name(kernel_tls_mode m) noexcept {
 
 config parse_config(int argc, char** argv) {
   config c;
-  for (const option& o : options())  // environment first: the command line overrides it
-    if (const char* v = std::getenv(env_name(o.name).c_str())) o.set(c, v);
+  // The command line is read first for --config, and applied last: it wins over the
+  // environment, which wins over the file.
+  std::vector<std::pair<const option*, std::string_view>> args;
+  bool config_given = false;
   for (int k = 1; k < argc; ++k) {
     std::string_view arg = argv[k];
     if (arg == "--help" || arg == "-h") {
@@ -314,12 +459,29 @@ config parse_config(int argc, char** argv) {
       value = arg.substr(eq + 1), arg = arg.substr(0, eq), has_value = true;
     }
     const option* o = find_option(arg);
-    if (!o) throw config_error("unknown option --" + std::string(arg) + " (see --help)");
-    if (!has_value && !o->value_hint.empty()) {
-      if (k + 1 >= argc) throw config_error("--" + std::string(arg) + " needs a value: " + std::string(o->value_hint));
+    if (!o && arg != "config") throw config_error("unknown option --" + std::string(arg) + " (see --help)");
+    if (!has_value && (!o || !o->value_hint.empty())) {
+      if (k + 1 >= argc)
+        throw config_error("--" + std::string(arg) + " needs a value: " + std::string(o ? o->value_hint : "FILE"));
       value = argv[++k];
     }
+    if (o) {
+      args.emplace_back(o, value);
+      continue;
+    }
+    if (value.empty()) throw config_error("--config: the file name is empty");
+    c.config_file = value, config_given = true;
+  }
+  if (const char* v = std::getenv("WSPUSH_CONFIG"); v && *v && !config_given) c.config_file = v;
+  if (!c.config_file.empty()) apply_file(c, c.config_file);
+  for (const option& o : options())
+    if (const char* v = std::getenv(env_name(o.name).c_str())) {
+      o.set(c, v);
+      c.given.insert_or_assign(std::string(o.name), config::given_value{v, env_name(o.name)});
+    }
+  for (const auto& [o, value] : args) {
     o->set(c, value);
+    c.given.insert_or_assign(std::string(o->name), config::given_value{std::string(value), "the command line"});
   }
   if (c.show_help) return c;
   if (c.auth_none && !c.jwt_secret.empty())
@@ -363,18 +525,48 @@ config parse_config(int argc, char** argv) {
   return c;
 }
 
+std::vector<std::string> config_changes(const config& running, const config& next) {
+  const auto value = [](const auto& given, std::string_view name) -> const std::string* {
+    auto it = given.find(name);
+    return it == given.end() ? nullptr : &it->second.value;
+  };
+  const auto same = [](const std::string* a, const std::string* b) { return a && b ? *a == *b : a == b; };
+  std::vector<std::string> lines;
+  for (const option& o : options()) {
+    auto in_file = next.in_file.find(o.name);
+    const std::string where = in_file != next.in_file.end() ? in_file->second.where : next.config_file;
+    const std::string name(o.name);
+    const std::string was = o.show(running), now = o.show(next);
+    if (o.secret ? !same(value(running.given, name), value(next.given, name)) : was != now) {
+      lines.push_back(where + ": " + name + " changed" + (o.secret ? "" : " (" + was + " -> " + now + ")") +
+                      ": it needs a restart; " + (o.secret ? "the running value" : was) + " stays in effect until then");
+      continue;
+    }
+    auto effective = next.given.find(o.name);
+    if (!same(value(running.in_file, name), value(next.in_file, name)) && effective != next.given.end() &&
+        (in_file == next.in_file.end() || effective->second.where != in_file->second.where))
+      lines.push_back(where + ": " + name + " changed in the file, but " + effective->second.where +
+                      " overrides it: nothing to do");
+  }
+  return lines;
+}
+
 std::string help_text() {
   config d;
   std::string s =
       "usage: wspush [options]\n"
       "A WebSocket push server. Options also come from environment variables WSPUSH_<NAME>\n"
-      "(e.g. --max-connections -> WSPUSH_MAX_CONNECTIONS); the command line wins.\n\n";
+      "(e.g. --max-connections -> WSPUSH_MAX_CONNECTIONS) and from the TOML file of --config\n"
+      "(max-connections = 100000); the command line wins, then the environment, then the file.\n\n";
   for (const option& o : options()) {
     std::string left = "  --" + std::string(o.name) + (o.value_hint.empty() ? "" : " " + std::string(o.value_hint));
     if (left.size() < 30) left.resize(30, ' ');
     else left += "\n" + std::string(30, ' ');
     s += left + std::string(o.help) + " [default: " + o.show(d) + "]\n";
   }
+  s += "  --config FILE               read options from FILE, TOML: each option's long name as key (max-connections = "
+       "100000), switches as true/false; the environment and the command line win over it. Read again on SIGHUP: "
+       "an option changed there is logged as needing a restart, the running value stays [default: none]\n";
   s += "  --help                      this text\n";
   return s;
 }

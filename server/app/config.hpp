@@ -1,14 +1,17 @@
 #pragma once
-// Start-up configuration. Every option is `--name VALUE`, `--name=VALUE`, or the
-// environment variable WSPUSH_NAME (upper case, '-' as '_'); the command line wins.
+// Start-up configuration. Every option is `--name VALUE`, `--name=VALUE`, the environment
+// variable WSPUSH_NAME (upper case, '-' as '_'), or `name = value` in the TOML file of
+// `--config FILE`; the command line wins, then the environment, then the file.
 // Parsing throws config_error (start-up is the one place exceptions may escape).
 //
 // The options of each floor are the floor's own struct (base/options.hpp); this one composes
 // them with what only the wiring needs (addresses, mode, threads, secrets, pool, history).
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "server/base/options.hpp"
 
@@ -55,6 +58,14 @@ struct config {
   loop_options loop;
   conn_options conn{.max_message_bytes = 0};  // 0 until parsed: 64 KiB in pubsub mode, 16 MiB in the others
   session_options session;
+  std::string config_file;  // --config (or WSPUSH_CONFIG); empty: none
+  struct given_value {
+    std::string value;  // as written (a TOML value as its text)
+    std::string where;  // "FILE:LINE", "WSPUSH_NAME" or "the command line"
+  };
+  // Each option given, by name: what took effect (the command line over the environment over
+  // the file), and what the file says. SIGHUP compares them.
+  std::map<std::string, given_value, std::less<>> given, in_file;
   bool show_help = false;
 };
 
@@ -62,8 +73,13 @@ struct config_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Parses argv and the environment. Throws config_error with a message fit for the user.
+/// Parses argv, the environment and the --config file. Throws config_error with a message fit
+/// for the user; one about the file starts with FILE:LINE:COLUMN.
 config parse_config(int argc, char** argv);
+/// SIGHUP: `next` is parse_config of the same command line and environment over the file as it
+/// is now. One log line for each option whose value differs from the running one (none can
+/// change while running: each needs a restart), or whose new value in the file is overridden.
+std::vector<std::string> config_changes(const config& running, const config& next);
 std::string help_text();
 const char* mode_name(app_mode m) noexcept;
 const char* kernel_tls_name(kernel_tls_mode m) noexcept;

@@ -5,6 +5,7 @@
 #include <latch>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -64,8 +65,23 @@ void log_startup(const config& cfg, const nofile_limits& nf) {
     log(log_level::info, "auth: HS256 tokens (?token= or cookie wspush_token)");
 }
 
-/// Waits for SIGTERM or SIGINT; a SIGHUP meanwhile reloads the TLS certificate.
-int wait_for_signal(wspush::server::tls_server* tls) {
+/// SIGHUP: reads the --config file again, over the same command line and environment. No option
+/// changes while running: each that changed is logged as needing a restart. A file that does not
+/// parse changes nothing either.
+void reread_config(const config& cfg, int argc, char** argv) {
+  try {
+    const config next = parse_config(argc, argv);
+    const std::vector<std::string> changes = config_changes(cfg, next);
+    for (const std::string& line : changes) log(log_level::warn, "SIGHUP: %s", line.c_str());
+    if (changes.empty()) log(log_level::info, "SIGHUP: %s read again: no option changed", cfg.config_file.c_str());
+  } catch (const std::exception& e) {
+    log(log_level::error, "SIGHUP: configuration NOT reloaded, the running one stays: %s", e.what());
+  }
+}
+
+/// Waits for SIGTERM or SIGINT; a SIGHUP meanwhile reads the --config file again and reloads the
+/// TLS certificate (from the running paths, whatever the file says).
+int wait_for_signal(const config& cfg, int argc, char** argv, wspush::server::tls_server* tls) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -75,8 +91,9 @@ int wait_for_signal(wspush::server::tls_server* tls) {
     int sig = 0;
     sigwait(&set, &sig);
     if (sig != SIGHUP) return sig;
+    if (!cfg.config_file.empty()) reread_config(cfg, argc, argv);
     if (!tls) {
-      log(log_level::info, "SIGHUP: nothing to reload (no --tls-cert)");
+      if (cfg.config_file.empty()) log(log_level::info, "SIGHUP: nothing to reload (no --config, no --tls-cert)");
       continue;
     }
     std::string why;
@@ -210,7 +227,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
 }
 
-int run(const config& cfg) {
+int run(const config& cfg, int argc, char** argv) {
   nofile_limits nf = raise_nofile_limit();
   log_startup(cfg, nf);
   std::vector<int> listeners = open_listeners(cfg);
@@ -232,6 +249,7 @@ int run(const config& cfg) {
   if (hub) hub->set_compression(deflate);
   if (bus) bus->set_compression(deflate);
   shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get(), bus.get(), &deflate};
+  shared.upgrade_gate.configure(cfg.conn.upgrade_rate, cfg.conn.upgrade_rate);
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -279,7 +297,7 @@ int run(const config& cfg) {
   log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),
       tls ? "TLS: wss:// and https://" : "plain: ws:// and http://", mode_name(cfg.mode), cfg.threads);
 
-  int sig = wait_for_signal(tls.get());
+  int sig = wait_for_signal(cfg, argc, argv, tls.get());
   // /readyz says 503 from now on (before the log line: whoever reads the log may ask at once);
   // the admin listener keeps answering.
   admin.set_draining(true);
@@ -324,7 +342,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    return run(cfg);
+    return run(cfg, argc, argv);
   } catch (const std::exception& e) {  // start-up: an address taken, a thread that would not start
     log(log_level::error, "%s", e.what());
     return 1;

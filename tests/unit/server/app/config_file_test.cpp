@@ -1,0 +1,337 @@
+// --config FILE: options from a TOML file, under the environment and the command line.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <unistd.h>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/app/config.hpp"
+
+using namespace wspush::server;
+
+namespace {
+
+/// A file in /tmp holding `text`, removed with the object.
+struct temp_file {
+  std::string path;
+  explicit temp_file(const std::string& text) {
+    char name[] = "/tmp/wspush-config-XXXXXX";
+    int fd = mkstemp(name);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, text.data(), text.size()) == ssize_t(text.size()));
+    close(fd);
+    path = name;
+  }
+  void rewrite(const std::string& text) const {
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  ~temp_file() { unlink(path.c_str()); }
+};
+
+/// Sets an environment variable for the scope.
+struct scoped_env {
+  std::string name;
+  scoped_env(std::string n, const char* value) : name(std::move(n)) { ::setenv(name.c_str(), value, 1); }
+  ~scoped_env() { ::unsetenv(name.c_str()); }
+};
+
+config parse(std::vector<std::string> args) {
+  std::vector<char*> argv{const_cast<char*>("wspush")};
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_config(int(argv.size()), argv.data());
+}
+
+config parse_file(const temp_file& f, std::vector<std::string> args = {}) {
+  args.insert(args.begin(), {"--config", f.path});
+  return parse(std::move(args));
+}
+
+/// What parsing the file throws (it must throw).
+std::string error_of(const std::string& toml) {
+  temp_file f(toml);
+  try {
+    parse_file(f);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  FAIL("no error for:\n" << toml);
+  return {};
+}
+
+/// `--name` of each line of --help that starts one.
+std::vector<std::string> help_options() {
+  std::vector<std::string> names;
+  std::istringstream in(help_text());
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("  --")) names.push_back(line.substr(4, line.find(' ', 4) - 4));
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("config file: the command line wins over the environment which wins over the file") {
+  temp_file f(
+      "auth = \"none\"\n"
+      "max-connections = 10\n"
+      "history-size = 20\n"
+      "max-topics-per-connection = 30\n"
+      "mode = \"echo\"\n"
+      "ping-interval = 7\n");
+  scoped_env e1("WSPUSH_MAX_CONNECTIONS", "11");
+  scoped_env e2("WSPUSH_HISTORY_SIZE", "21");
+  config c = parse_file(f, {"--max-connections", "12", "--max-topics-per-connection=32"});
+  CHECK(c.conn.max_connections == 12);                   // command line, over the environment and the file
+  CHECK(c.session.max_topics_per_connection == 32);      // command line, over the file
+  CHECK(c.history_size == 21);                           // environment, over the file
+  CHECK(c.mode == app_mode::echo);                       // the file, over the default
+  CHECK(c.conn.ping_interval == 7);
+  CHECK(c.conn.pong_timeout == config{}.conn.pong_timeout);  // the default
+  CHECK(c.config_file == f.path);
+  // Where each came from, for SIGHUP's lines.
+  CHECK(c.given.at("max-connections").where == "the command line");
+  CHECK(c.given.at("history-size").where == "WSPUSH_HISTORY_SIZE");
+  CHECK(c.given.at("mode").where == f.path + ":5");
+  CHECK(c.in_file.at("max-connections").value == "10");
+}
+
+TEST_CASE("config file: WSPUSH_CONFIG names it unless --config does") {
+  temp_file a("auth = \"none\"\nhistory-size = 1\n");
+  temp_file b("auth = \"none\"\nhistory-size = 2\n");
+  scoped_env e("WSPUSH_CONFIG", a.path.c_str());
+  CHECK(parse({}).history_size == 1);
+  CHECK(parse({}).config_file == a.path);
+  CHECK(parse({"--config=" + b.path}).history_size == 2);
+  CHECK_THROWS_WITH(parse({"--config="}), Catch::Contains("--config") && Catch::Contains("empty"));
+  CHECK_THROWS_WITH(parse({"--config"}), Catch::Contains("--config needs a value"));
+}
+
+TEST_CASE("config file: every option is taken with its TOML type") {
+  temp_file password("pw\n");
+  temp_file f(
+      "# every option but the token secrets, which contradict auth = \"none\"\n"
+      "listen = \"127.0.0.1:9000\"\n"
+      "ws-path = \"/socket\"\n"
+      "sse-path = \"/events\"\n"
+      "tls-cert = \"cert.pem\"\n"
+      "tls-key = \"key.pem\"\n"
+      "kernel-tls = \"off\"\n"
+      "admin-listen = \"127.0.0.1:9001\"\n"
+      "api-key = \"k3y\"\n"
+      "max-body-bytes = 2048\n"
+      "mode = \"pubsub\"\n"
+      "io = \"epoll\"\n"
+      "threads = 3\n"
+      "auth = \"none\"\n"
+      "bus = \"rediss://127.0.0.1:6380/2\"\n"
+      "redis-timeout = 2.5\n"
+      "redis-password-file = \"" + password.path + "\"\n"
+      "redis-tls-ca = \"ca.pem\"\n"
+      "redis-tls-cert = \"rc.pem\"\n"
+      "redis-tls-key = \"rk.pem\"\n"
+      "redis-wait-replicas = 1\n"
+      "redis-wait-ms = 250\n"
+      "reuseport = true\n"
+      "max-connections = 100000\n"
+      "max-request-bytes = 4096\n"
+      "max-frame-bytes = 1000\n"
+      "max-message-bytes = 2000\n"
+      "compression = false\n"
+      "compression-min-bytes = 512\n"
+      "max-pending-bytes = 8192\n"
+      "allow-client-publish = true\n"
+      "max-topics-per-connection = 16\n"
+      "history-size = 50\n"
+      "history-ttl = 60\n"
+      "idempotency-window = 1.5\n"
+      "history-max-bytes = 1_048_576\n"
+      "upgrade-timeout = 0.5\n"
+      "close-timeout = 2\n"
+      "message-timeout = 3\n"
+      "ping-interval = 4\n"
+      "pong-timeout = 5\n"
+      "drain-seconds = 6.5\n"
+      "pool-workers = 2\n"
+      "pool-max-workers = 4\n"
+      "pool-queue = 64\n");
+  config c = parse_file(f);
+  CHECK(c.listen == "127.0.0.1:9000");
+  CHECK(c.conn.ws_path == "/socket");
+  CHECK(c.conn.sse_path == "/events");
+  CHECK(c.tls_cert == "cert.pem");
+  CHECK(c.tls_key == "key.pem");
+  CHECK(c.kernel_tls == kernel_tls_mode::off);
+  CHECK(c.admin_listen == "127.0.0.1:9001");
+  CHECK(c.api_key == "k3y");
+  CHECK(c.max_body_bytes == 2048);
+  CHECK(c.mode == app_mode::pubsub);
+  CHECK(c.io == io_kind::epoll);
+  CHECK(c.threads == 3);
+  CHECK(c.auth_none);
+  CHECK(c.bus == "rediss://127.0.0.1:6380/2");
+  CHECK(c.redis_timeout == 2.5);
+  CHECK(c.redis_password_file == password.path);
+  CHECK(c.redis_password == "pw");
+  CHECK(c.redis_tls.ca == "ca.pem");
+  CHECK(c.redis_tls.cert == "rc.pem");
+  CHECK(c.redis_tls.key == "rk.pem");
+  CHECK(c.redis_wait_replicas == 1);
+  CHECK(c.redis_wait_ms == 250);
+  CHECK(c.reuseport);
+  CHECK(c.conn.max_connections == 100000);
+  CHECK(c.conn.max_request_bytes == 4096);
+  CHECK(c.conn.max_frame_bytes == 1000);
+  CHECK(c.conn.max_message_bytes == 2000);
+  CHECK_FALSE(c.conn.compression);
+  CHECK(c.conn.compression_min_bytes == 512);
+  CHECK(c.conn.max_pending_bytes == 8192);
+  CHECK(c.session.allow_client_publish);
+  CHECK(c.session.max_topics_per_connection == 16);
+  CHECK(c.history_size == 50);
+  CHECK(c.history_ttl == 60);
+  CHECK(c.idempotency_window == 1.5);
+  CHECK(c.history_max_bytes == 1048576);
+  CHECK(c.conn.upgrade_timeout == 0.5);
+  CHECK(c.conn.close_timeout == 2);
+  CHECK(c.conn.message_timeout == 3);
+  CHECK(c.conn.ping_interval == 4);
+  CHECK(c.conn.pong_timeout == 5);
+  CHECK(c.loop.drain_seconds == 6.5);
+  CHECK(c.pool_workers == 2);
+  CHECK(c.pool_max_workers == 4);
+  CHECK(c.pool_queue == 64);
+
+  temp_file secret("from-a-file\n");
+  temp_file with_secret("jwt-secret = \"s3cret\"\n");
+  CHECK(parse_file(with_secret).jwt_secret == "s3cret");
+  temp_file with_secret_file("jwt-secret-file = \"" + secret.path + "\"\n");
+  CHECK(parse_file(with_secret_file).jwt_secret == "from-a-file");
+  // Numbers may be quoted, and --compression takes on/off too: the text gets the command line's checks.
+  temp_file quoted("auth = \"none\"\nmax-connections = \"123\"\nhistory-ttl = \"1.5\"\ncompression = \"off\"\n");
+  config q = parse_file(quoted);
+  CHECK(q.conn.max_connections == 123);
+  CHECK(q.history_ttl == 1.5);
+  CHECK_FALSE(q.conn.compression);
+  // Comments only: every default.
+  temp_file comments("# nothing set\n\n   # auth = \"none\"\n");
+  CHECK(parse_file(comments, {"--auth=none"}).listen == config{}.listen);
+}
+
+TEST_CASE("config file: each option of --help is taken at its default with its TOML type") {
+  // Beyond the list above: an option added later is taken from a file too, a number as a TOML
+  // number, a switch as a boolean.
+  const std::vector<std::string> names = help_options();
+  REQUIRE(names.size() > 40);
+  std::set<std::string> seen;
+  std::istringstream in(help_text());
+  std::string name;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("  --")) name = line.substr(4, line.find(' ', 4) - 4);
+    auto d = line.find("[default: ");
+    if (name.empty() || name == "config" || name == "help" || d == std::string::npos || seen.count(name)) continue;
+    seen.insert(name);
+    std::string value = line.substr(d + 10, line.find(']', d) - d - 10);
+    const bool is_switch = line.find("--" + name + "  ") != std::string::npos;
+    std::string toml;
+    if (is_switch) toml = value;  // true or false
+    else if (!value.empty() && value.find_first_not_of("0123456789.") == std::string::npos) toml = value;
+    else continue;  // strings: nothing to learn
+    INFO(name << " = " << toml);
+    temp_file f((name == "auth" ? "" : "auth = \"none\"\n") + name + " = " + toml + "\n");
+    config c;
+    REQUIRE_NOTHROW(c = parse_file(f));
+    CHECK(c.given.at(name).value == toml);
+  }
+  CHECK(seen.count("max-connections"));
+  CHECK(seen.count("reuseport"));
+  CHECK(seen.count("history-ttl"));
+}
+
+TEST_CASE("config file: an unknown key is refused with the file and its line and column") {
+  CHECK_THAT(error_of("auth = \"none\"\n\nmax-conections = 5\n"), Catch::EndsWith(":3:1: unknown option \"max-conections\" (see --help)"));
+  CHECK_THAT(error_of("  max_connections = 5\n"),
+             Catch::Contains(":1:3: unknown option \"max_connections\"") && Catch::Contains("spelled max-connections"));
+  CHECK_THAT(error_of("[redis]\ntimeout = 3\n"), Catch::Contains(":1:2: unknown option \"redis\""));
+  CHECK_THAT(error_of("help = true\n"), Catch::Contains(":1:1: unknown option \"help\""));
+  CHECK_THAT(error_of("auth = \"none\"\nx = 1\n"), Catch::StartsWith("/tmp/wspush-config-"));
+}
+
+TEST_CASE("config file: a bad value gets the command line's message with its position and key") {
+  CHECK_THAT(error_of("auth = \"none\"\nmax-connections = \"abc\"\n"),
+             Catch::EndsWith(":2:19: max-connections: 'abc' is not a whole number in [0, 100000000]"));
+  CHECK_THAT(error_of("auth = \"none\"\nmax-connections = -1\n"), Catch::Contains(":2:19: max-connections: '-1' is not"));
+  CHECK_THAT(error_of("auth = \"none\"\nmax-connections = 1.5\n"), Catch::Contains(":2:19: max-connections: '1.5' is not"));
+  CHECK_THAT(error_of("history-ttl = 0\n"), Catch::EndsWith(":1:15: history-ttl: '0' is not a number of seconds in (0, 86400]"));
+  CHECK_THAT(error_of("mode = \"chat\"\n"), Catch::EndsWith(":1:8: mode: 'chat' is not pubsub, echo or broadcast"));
+  CHECK_THAT(error_of("auth = \"token\"\n"), Catch::Contains(":1:8: auth: 'token' is not 'none'"));
+  CHECK_THAT(error_of("jwt-secret-file = \"/nonexistent/secret\"\n"),
+             Catch::Contains(":1:19: jwt-secret-file: cannot read '/nonexistent/secret'"));
+  CHECK_THAT(error_of("bus = \"http://x\"\n"), Catch::Contains(":1:7: bus "));
+  // The first bad line of the file is the one named, whatever the keys' order.
+  CHECK_THAT(error_of("zzz = 1\naaa = 2\n"), Catch::Contains(":1:1: unknown option \"zzz\""));
+}
+
+TEST_CASE("config file: a value of the wrong TOML type is refused with its position and key") {
+  CHECK_THAT(error_of("listen = 8080\n"), Catch::EndsWith(":1:10: listen: expected a string (in quotes), got an integer"));
+  CHECK_THAT(error_of("reuseport = \"yes\"\n"), Catch::EndsWith(":1:13: reuseport: expected true or false, got a string"));
+  CHECK_THAT(error_of("auth = \"none\"\nreuseport = 1\n"), Catch::Contains(":2:13: reuseport: expected true or false"));
+  CHECK_THAT(error_of("max-connections = true\n"), Catch::EndsWith(":1:19: max-connections: expected a number, got a boolean"));
+  CHECK_THAT(error_of("history-ttl = [1, 2]\n"), Catch::Contains(":1:15: history-ttl: expected a number, got an array"));
+  CHECK_THAT(error_of("compression = 1\n"), Catch::Contains(":1:15: compression: expected true or false"));
+  CHECK_THAT(error_of("mode = 1979-05-27\n"), Catch::Contains(":1:8: mode: expected a string (in quotes), got a date"));
+}
+
+TEST_CASE("config file: a TOML syntax error gives the position and the parser's description") {
+  CHECK_THAT(error_of("auth = \"none\"\nmax-connections = 3 4\n"),
+             Catch::Contains(":2:21: ") && Catch::Contains("expected a comment or whitespace"));
+  CHECK_THAT(error_of("listen = \"127.0.0.1:0\n"), Catch::Contains(":1:") && Catch::Contains("string"));
+  CHECK_THAT(error_of("auth = \"none\"\nauth = \"none\"\n"), Catch::Contains(":2:") && Catch::Contains("auth"));
+  CHECK_THAT(error_of("= 3\n"), Catch::Contains(":1:1: "));
+}
+
+TEST_CASE("config file: the key config is refused in the file") {
+  CHECK_THAT(error_of("auth = \"none\"\nconfig = \"/etc/wspush/other.toml\"\n"),
+             Catch::Contains(":2:1: config: --config belongs on the command line"));
+}
+
+TEST_CASE("config file: one that cannot be read is named") {
+  CHECK_THROWS_WITH(parse({"--auth=none", "--config", "/nonexistent/wspush.toml"}),
+                    Catch::Contains("--config: cannot read '/nonexistent/wspush.toml'"));
+  CHECK_THROWS_WITH(parse({"--auth=none", "--config", "/tmp"}), Catch::Contains("Is a directory"));
+}
+
+TEST_CASE("config file: --help lists --config") {
+  CHECK_THAT(help_text(), Catch::Contains("--config FILE") && Catch::Contains("SIGHUP"));
+  // --help still reads the file: a bad one is refused there too.
+  temp_file bad("max-conections = 1\n");
+  CHECK_THROWS_WITH(parse_file(bad, {"--help"}), Catch::Contains("unknown option"));
+}
+
+TEST_CASE("config file: SIGHUP names each option changed in the file as needing a restart") {
+  temp_file f("auth = \"none\"\nmax-connections = 2\nhistory-ttl = 0.5\napi-key = \"one\"\nhistory-size = 5\n");
+  scoped_env e("WSPUSH_HISTORY_SIZE", "7");
+  const config running = parse_file(f, {"--threads=2"});
+  CHECK(config_changes(running, parse_file(f, {"--threads=2"})).empty());
+  // The same values written otherwise change nothing.
+  f.rewrite("auth = \"none\"\nmax-connections = \"2\"\nhistory-ttl = 0.50\napi-key = \"one\"\nhistory-size = 5\n");
+  CHECK(config_changes(running, parse_file(f, {"--threads=2"})).empty());
+
+  f.rewrite("auth = \"none\"\nmax-connections = 5\nhistory-ttl = 0.5\napi-key = \"two\"\nhistory-size = 6\nthreads = 4\n");
+  std::vector<std::string> lines = config_changes(running, parse_file(f, {"--threads=2"}));
+  REQUIRE(lines.size() == 4);  // in the order of --help
+  CHECK_THAT(lines[0], Catch::StartsWith(f.path + ":4: api-key changed: it needs a restart") &&
+                           !Catch::Contains("one") && !Catch::Contains("two"));  // secrets are not logged
+  CHECK(lines[1] == f.path + ":6: threads changed in the file, but the command line overrides it: nothing to do");
+  CHECK(lines[2] == f.path + ":2: max-connections changed (2 -> 5): it needs a restart; 2 stays in effect until then");
+  CHECK(lines[3] == f.path + ":5: history-size changed in the file, but WSPUSH_HISTORY_SIZE overrides it: nothing to do");
+  // A key taken out of the file goes back to its default: a change too.
+  f.rewrite("auth = \"none\"\nhistory-ttl = 0.5\napi-key = \"one\"\nhistory-size = 5\n");
+  lines = config_changes(running, parse_file(f, {"--threads=2"}));
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == f.path + ": max-connections changed (2 -> 0): it needs a restart; 2 stays in effect until then");
+}
