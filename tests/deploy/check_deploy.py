@@ -6,6 +6,9 @@
 - every wspush flag and WSPUSH_* variable the files use exists in `wspush --help`;
 - the systemd unit: required keys, stop timeout above the drain window, io_uring not filtered,
   `systemd-analyze verify` where it works;
+- deploy/wspush.toml: valid TOML with every option of `--help` commented out at its default, each
+  value taken by the real binary (`--config` with every line uncommented), and the file as
+  shipped starting the real binary;
 - sysctl and limits files: keys exist in this kernel, values parse and agree with each other;
 - the Dockerfile: Debian 12 stages, a non-root user, runtime packages that exist and cover the
   binary's shared libraries, CMake options that exist, a build context that holds what it copies;
@@ -26,11 +29,15 @@ import argparse
 import json
 import os
 import re
+import selectors
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+import tomllib
 
 import yaml
 
@@ -400,7 +407,10 @@ class Deploy:
         R.check(os.path.isabs(argv[0]) and os.path.basename(argv[0]) == "wspush",
                 f"{where}: ExecStart runs {argv[0]!r}, not an absolute path to wspush")
         given = parse_args(self.flags, argv[1:], f"{where} ExecStart")
+        self.unit_given = given
         R.check("reuseport" in given, f"{where}: instances share the public port: --reuseport expected")
+        R.check(given.get("config") == "/etc/wspush/wspush.toml",
+                f"{where}: --config /etc/wspush/wspush.toml expected (deploy/wspush.toml), got {given.get('config')!r}")
         drain = self.flags.number("drain-seconds", given)
         close = self.flags.number("close-timeout", given)
         stop = systemd_seconds((svc("TimeoutStopSec") or svc("TimeoutSec") or [""])[-1])
@@ -490,6 +500,99 @@ class Deploy:
                 R.check(True, "systemd-analyze verify")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- the --config file ----------------------------------------------------------------------
+    # `# name = value` lines: the options, commented out. Prose comments never start that way.
+    OPTION_LINE = re.compile(r"^#\s?([a-z][a-z0-9-]*\s*=.*)$")
+    # Read when the option is parsed: their example paths exist only on a server.
+    READ_AT_PARSE = ("jwt-secret-file", "redis-password-file")
+
+    def config_file(self) -> None:
+        rel = "deploy/wspush.toml"
+        if not self.exists(rel):
+            return
+        text = self.read(rel)
+        try:
+            shipped = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            R.fail(f"{rel}: not TOML: {e}")
+            return
+        R.check(shipped == {}, f"{rel}: every option should be commented out, set: {sorted(shipped)}")
+        for name in shipped:  # should one be set after all: not where the unit's command line or env file wins
+            R.check(name not in getattr(self, "unit_given", {}), f"{rel}: {name} is overridden by the unit's --{name}")
+            R.check(name not in {self.flags.env_flag(n) for n in getattr(self, "env_example", {})},
+                    f"{rel}: {name} is overridden by deploy/systemd/wspush.env.example")
+        lines = [self.OPTION_LINE.sub(r"\1", ln) for ln in text.splitlines()]
+        seen: dict[str, int] = {}
+        for n, (raw, line) in enumerate(zip(text.splitlines(), lines), 1):
+            if raw == line:
+                continue
+            name = line.split("=", 1)[0].strip()
+            R.check(name not in seen, f"{rel}:{n}: {name} again (line {seen.get(name)})")
+            R.check(name in self.flags and name not in ("config", "help"), f"{rel}:{n}: {name} is no option of `wspush --help`")
+            seen[name] = n
+        for name in self.flags.takes_value:
+            if name not in ("config", "help"):
+                R.check(name in seen, f"{rel}: no commented line for --{name}")
+        try:
+            values = tomllib.loads("\n".join(lines))
+        except tomllib.TOMLDecodeError as e:
+            R.fail(f"{rel}: with its options uncommented, not TOML: {e}")
+            return
+        for name, v in values.items():
+            d = self.flags.default.get(name)
+            if d is None or d.startswith("(") or d in ("none", "system store"):
+                continue  # unset by default: the line shows an example
+            if d in ("on", "off") and isinstance(v, bool):
+                shown = "on" if v else "off"
+            elif isinstance(v, bool):
+                shown = "true" if v else "false"
+            else:
+                shown = f"{v:g}" if isinstance(v, float) else str(v)
+            R.check(shown == d, f"{rel}:{seen.get(name)}: {name} = {v!r}, but its default is {d}")
+        # The real binary takes every line with its TOML type (--help: no checks across options).
+        tmp = tempfile.mkdtemp(prefix="wspush-config-")
+        try:
+            every = os.path.join(tmp, "every.toml")
+            with open(every, "w") as f:
+                f.write("\n".join(ln for raw, ln in zip(text.splitlines(), lines)
+                                  if raw == ln or ln.split("=", 1)[0].strip() not in self.READ_AT_PARSE))
+            env = {k: v for k, v in os.environ.items() if not k.startswith("WSPUSH_")}
+            run = subprocess.run([self.wspush, "--config", every, "--help"], capture_output=True, text=True,
+                                 timeout=30, env=env)
+            R.check(run.returncode == 0, f"{rel}: with its options uncommented, `wspush --config` refuses it: "
+                                         f"{run.stderr.strip()}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.start_with(self.path(rel), rel, env)
+
+    def start_with(self, config: str, where: str, env: dict) -> None:
+        """The real binary starts on the file as shipped (on free ports) and stops on SIGTERM."""
+        proc = subprocess.Popen([self.wspush, "--config", config, "--auth=none", "--listen", "127.0.0.1:0",
+                                 "--admin-listen", "127.0.0.1:0", "--drain-seconds", "0.1"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=env)
+        log = b""
+        try:
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and b"listening on" not in log:
+                if sel.select(timeout=0.5):
+                    chunk = os.read(proc.stderr.fileno(), 65536)
+                    if not chunk:
+                        break
+                    log += chunk
+            if not R.check(b"listening on" in log, f"{where}: `wspush --config {where}` did not start: "
+                                                   + " | ".join(log.decode(errors="replace").splitlines()[-5:])):
+                return
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=30)
+            R.check(rc == 0, f"{where}: the server started on it exited {rc} on SIGTERM")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     # -- sysctl and limits ----------------------------------------------------------------------
     def sysctl_and_limits(self) -> None:
@@ -1043,7 +1146,7 @@ def main() -> int:
     ap.add_argument("--root", required=True, help="the repository root")
     a = ap.parse_args()
     d = Deploy(os.path.abspath(a.root), os.path.abspath(a.wspush))
-    for step in (d.sysctl_and_limits, d.systemd, d.dockerfile, d.compose, d.compose_cluster, d.kubernetes, d.grafana,
+    for step in (d.sysctl_and_limits, d.systemd, d.config_file, d.dockerfile, d.compose, d.compose_cluster, d.kubernetes, d.grafana,
                  d.nginx, d.readme):
         try:
             step()
