@@ -72,7 +72,8 @@ parsed parse_with(std::string_view text, const std::vector<std::size_t>& cuts, s
 bool same_fields(const upgrade_request& a, const upgrade_request& b) {
   return a.method == b.method && a.target == b.target && a.path == b.path && a.query == b.query &&
          a.host == b.host && a.key == b.key && a.version == b.version && a.origin == b.origin &&
-         a.protocol == b.protocol && a.token == b.token;
+         a.protocol == b.protocol && a.token == b.token && a.last_event_id == b.last_event_id &&
+         a.authorization == b.authorization;
 }
 
 /// Whole, split at every byte, one byte at a time: all must agree. Returns the whole result.
@@ -124,6 +125,21 @@ upgrade_request expect_websocket(std::string_view text) {
   CHECK(p.result.consumed == text.size());
   return p.req;
 }
+
+/// A plain GET (an event stream's, say) of `target` with `headers`, parsed; `req` views `text`.
+struct plain_get {
+  std::string text;
+  upgrade_request req;
+  plain_get(std::string_view target, std::string_view headers)
+      : text("GET " + std::string(target) + " HTTP/1.1\r\nHost: h\r\n" + std::string(headers) + "\r\n") {
+    INFO(text);
+    const parsed p = parse_all(text);
+    CHECK(p.result.outcome == upgrade_outcome::plain_http);
+    CHECK(p.result.consumed == text.size());
+    req = p.req;
+  }
+  plain_get(const plain_get&) = delete;
+};
 
 }  // namespace
 
@@ -413,4 +429,60 @@ TEST_CASE("upgrade: resumable scan, reset", "[upgrade]") {
   CHECK(parser.scanned() == 0);
   CHECK(parser.parse(firefox_request, req).outcome == upgrade_outcome::websocket);
   CHECK(req.host == "example.com");
+}
+
+TEST_CASE("upgrade: Last-Event-ID and Authorization, the first of each", "[upgrade]") {
+  const plain_get both("/sse?topics=a,b", "Last-Event-ID: k3f9:18,k3f9:5\r\nAuthorization: Bearer abc.def.ghi\r\n");
+  CHECK(both.req.last_event_id == "k3f9:18,k3f9:5");
+  CHECK(both.req.authorization == "Bearer abc.def.ghi");
+  const plain_get neither("/sse", "Accept: text/event-stream\r\n");
+  CHECK(neither.req.last_event_id.empty());
+  CHECK(neither.req.authorization.empty());
+  // names in any case
+  for (std::string_view name : {"last-event-id", "LAST-EVENT-ID", "Last-Event-Id", "lAST-eVENT-iD"})
+    CHECK(plain_get("/sse", std::string(name) + ": k3f9:18\r\n").req.last_event_id == "k3f9:18");
+  for (std::string_view name : {"authorization", "AUTHORIZATION", "Authorization", "aUTHORIZATION"})
+    CHECK(plain_get("/sse", std::string(name) + ": Bearer t\r\n").req.authorization == "Bearer t");
+  // OWS around the value trimmed, inside it kept
+  const plain_get ows("/sse", "Last-Event-ID: \t k3f9:18 \t\r\nAuthorization:Bearer \t t  \r\n");
+  CHECK(ows.req.last_event_id == "k3f9:18");
+  CHECK(ows.req.authorization == "Bearer \t t");
+  CHECK(plain_get("/sse", "Last-Event-ID:k3f9:18\r\n").req.last_event_id == "k3f9:18");
+  // the first one wins
+  const plain_get twice("/sse", "Last-Event-ID: first\r\nAuthorization: Bearer one\r\nlast-event-id: second\r\n"
+                                "authorization: Bearer two\r\n");
+  CHECK(twice.req.last_event_id == "first");
+  CHECK(twice.req.authorization == "Bearer one");
+  // neither is mistaken for another name of 13 letters
+  const plain_get etag("/sse", "If-None-Match: \"v1\"\r\nLast-Event-ID: k3f9:18\r\n");
+  CHECK(etag.req.if_none_match == "\"v1\"");
+  CHECK(etag.req.last_event_id == "k3f9:18");
+  CHECK(etag.req.authorization.empty());
+  const plain_get misspelt("/sse", "Last-Event-IX: k3f9:18\r\nAuthorisation: Bearer t\r\n");
+  CHECK(misspelt.req.last_event_id.empty());
+  CHECK(misspelt.req.authorization.empty());
+  // an upgrade takes them too
+  const std::string upgrade = upgrade_with("Authorization: Bearer t\r\nLast-Event-ID: 7\r\n");
+  const upgrade_request ws = expect_websocket(upgrade);
+  CHECK(ws.authorization == "Bearer t");
+  CHECK(ws.last_event_id == "7");
+  // used values: control characters refused
+  expect_error("GET /sse HTTP/1.1\r\nHost: h\r\nLast-Event-ID: a\x01" "b\r\n\r\n", 400);
+  expect_error("GET /sse HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \x7f\r\n\r\n", 400);
+}
+
+TEST_CASE("upgrade: a plain GET gets its token from the query or the cookie", "[upgrade]") {
+  CHECK(plain_get("/sse?topics=a&token=q1", "").req.token == "q1");
+  CHECK(plain_get("/sse?token=q2&topics=a", "Cookie: wspush_token=c\r\n").req.token == "q2");
+  CHECK(plain_get("/sse?topics=a", "Cookie: theme=dark; wspush_token=c3\r\n").req.token == "c3");
+  CHECK(plain_get("/sse?token=", "Cookie: wspush_token=\"c4\"\r\n").req.token == "c4");
+  CHECK(plain_get("/sse?topics=a", "").req.token.empty());
+  CHECK(plain_get("/sse?topics=a", "Cookie: other=1\r\n").req.token.empty());
+  // the Authorization header is left to the server (its scheme is read there)
+  CHECK(plain_get("/sse?topics=a", "Authorization: Bearer b5\r\n").req.token.empty());
+  // HTTP/1.0, without Host, alike
+  const std::string http10 = "GET /sse?token=q6 HTTP/1.0\r\n\r\n";
+  const parsed p = parse_all(http10);
+  CHECK(p.result.outcome == upgrade_outcome::plain_http);
+  CHECK(p.req.token == "q6");
 }
