@@ -227,6 +227,10 @@ const std::vector<option>& options() {
        "upgrades (and event streams) a second per process, in bursts of up to a second's worth; past it 503 with a "
        "Retry-After that spreads the refused over the time they need (0: no limit)",
        U32("upgrade-rate", conn.upgrade_rate, 0, 10'000'000)},
+      {"max-connections-per-user", "N",
+       "connections one user (the token's sub) may hold open on this process; past it upgrades get 429 with "
+       "Retry-After (0: no limit; tokens only)",
+       U32("max-connections-per-user", conn.max_connections_per_user, 0, 10'000'000)},
       {"client-message-rate", "R",
        "messages a second each client connection may send, in bursts of --client-message-burst; past it "
        "{\"op\":\"error\",\"code\":\"rate_limited\"}, and 16 past it without slowing down: close 1008 (0: no limit)",

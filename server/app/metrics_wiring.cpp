@@ -48,6 +48,7 @@ void register_conn_series(metrics_registry& m, const std::vector<shard*>& shards
       {"timeout", &conn_counters::upgrades_timeout},
       {"error", &conn_counters::upgrades_error},
       {"rate_limited", &conn_counters::upgrades_rate_limited},
+      {"user_limit", &conn_counters::upgrades_user_limit},
   };
   for (const auto& [result, member] : upgrades)
     m.add_counter_fn("wspush_upgrades_total", conn_sum(shards, member), {}, {{"result", result}});

@@ -25,7 +25,7 @@ shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(list
     _app = std::make_unique<pubsub::broadcast_app>(*s.hub, *_fanout);
   else {
     auto session = std::make_unique<pubsub::session>(cfg.session, s.tokens, *s.hub, *_fanout,
-                                                     cfg.conn.max_message_bytes, index == 0);
+                                                     cfg.conn.max_message_bytes, index == 0, s.users);
     if (s.bus) session->use_bus(*s.bus, std::uint32_t(index), cfg.conn.max_pending_bytes);
     _app = std::move(session);
   }
@@ -51,7 +51,7 @@ bool shard::start(std::string& why, bool& fell_back) noexcept {
     else
       _transport = std::make_unique<tcp_transport>(_loop.io());
     _conns = std::make_unique<connections>(_s.cfg.conn, _loop, *_transport, *_app, _s.buffers, _s.open_connections);
-    _upgrades = std::make_unique<pool_upgrade_runner>(_loop, _s.tasks, _s.tokens, *_conns);
+    _upgrades = std::make_unique<pool_upgrade_runner>(_loop, _s.tasks, _s.tokens, *_conns, _s.users);
   } catch (const std::exception& e) {
     why = e.what();
     return false;

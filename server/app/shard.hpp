@@ -39,6 +39,7 @@ struct shard_shared {
   compression* deflate = nullptr;      // permessage-deflate; null: never negotiated
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
   rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too
+  user_table* users = nullptr;  // with tokens: who is connected (--max-connections-per-user)
 };
 
 class shard {

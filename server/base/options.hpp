@@ -19,6 +19,7 @@ struct conn_options {
   std::string sse_path = "/sse";          ///< event streams (pub/sub only; empty: none)
   std::uint32_t max_connections = 0;      ///< per process; 0: bounded only by open files
   std::uint32_t upgrade_rate = 0;         ///< upgrades a second per process, bursts of a second's worth; 0: any
+  std::uint32_t max_connections_per_user = 0;  ///< per process, by the token's `sub`; 0: any
   std::uint32_t max_request_bytes = 8192;  ///< an upgrade request past it: 431
   std::uint32_t max_frame_bytes = 16u << 20;
   std::uint32_t max_message_bytes = 16u << 20;

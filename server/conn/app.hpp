@@ -27,6 +27,7 @@ struct open_info {
   std::int64_t exp = 0;       ///< the token's expiry, unix seconds (0: no token, no expiry)
   std::string_view topics;    ///< the token's grants in proto/jwt's compact form (empty without tokens)
   std::string_view pub;
+  std::uint32_t user = 0;     ///< the token's `sub` in the process's user_table (0: none); the application leaves it at on_close
 };
 
 /// Room a message block keeps in front of the payload: enough for a server frame header, so

@@ -13,6 +13,7 @@
 #include "proto/http_upgrade.hpp"
 #include "proto/ws_frame.hpp"
 #include "proto/ws_reader.hpp"
+#include "server/base/user_table.hpp"
 #include "server/conn/out_queue.hpp"
 #include "server/reactor/io_backend.hpp"
 
@@ -67,6 +68,11 @@ struct upgrade_job {
   bool sse = false;
   std::uint8_t sse_topic_count = 0;
   std::uint32_t sse_at = 0, sse_topics_len = 0, sse_since_len = 0;
+  // The token's user, counted in `users` by the worker until the application takes the
+  // connection (which then leaves it when it closes); a job that goes no further leaves it in
+  // http_phase::on_upgraded.
+  user_table* users = nullptr;
+  std::uint32_t user = user_table::nobody;
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   const char* reason = "";     // static text for the error body
   std::uint32_t reason_len = 0;

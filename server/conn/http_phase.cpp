@@ -184,17 +184,30 @@ void http_phase::on_early_bytes(std::uint32_t slot, std::span<const std::uint8_t
 }
 
 void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
+  // The worker counted the token's user: it is left here unless the application takes it.
+  struct user_hold {
+    upgrade_job& j;
+    ~user_hold() {
+      if (j.users) j.users->leave(j.user);
+    }
+  } hold{*job};
   std::uint32_t slot = _c.lookup(job->token);
   if (slot == no_index || _c.at(slot).state != conn_state::upgrade_pending) return;  // closed meanwhile
   if (_c.draining()) return answer(slot, 503, "shutting down, retry later\n", "Retry-After: 5\r\n");
   upgrade_job& j = *job;
+  if (j.status == 429) {  // the user's connections are all open elsewhere: come back later, not at once
+    char header[40];
+    const int n = std::snprintf(header, sizeof header, "Retry-After: %u\r\n", unsigned(5 + next_random(_rand) % 26));
+    return answer(slot, 429, {j.reason, j.reason_len}, {header, std::size_t(n)});
+  }
   if (j.status != 101) return answer(slot, j.status, {j.reason, j.reason_len});
   auto text = [&](std::uint32_t at, std::uint32_t len) {
     return std::string_view(reinterpret_cast<const char*>(job.tail()) + at, len);
   };
-  open_info info{j.exp, text(j.grants_at, j.topics_len), text(j.grants_at + j.topics_len, j.pub_len)};
+  open_info info{j.exp, text(j.grants_at, j.topics_len), text(j.grants_at + j.topics_len, j.pub_len), j.user};
   pool::lease response = _c.buffers().acquire(j.response_len);
   if (!response || !_c.app().on_open(slot, info)) return answer(slot, 500, "internal error\n");
+  j.users = nullptr;  // the application has the user now: it leaves it when the connection closes
   _c.opened(slot);
   if (j.sse) {
     std::memcpy(response.data(), j.response, j.response_len);
@@ -259,6 +272,7 @@ void http_phase::count_refusal(std::uint16_t status) noexcept {
   if (status < 400) return;  // a static file served
   conn_counters& n = _c.counters_mut();
   if (status == 401) n.upgrades_unauthorized.add();
+  else if (status == 429) n.upgrades_user_limit.add();
   else if (status == 503) n.upgrades_over_capacity.add();
   else if (status >= 500) n.upgrades_error.add();
   else n.upgrades_bad_request.add();

@@ -24,13 +24,18 @@ void refuse(upgrade_job& j, std::uint16_t status, std::string_view reason) noexc
 
 /// A valid, unexpired HS256 token from the query or the cookie, whose grants and expiry are
 /// appended to the job (the block may move). False with the job's status set when refused.
-bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job) noexcept {
+bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job, user_table* users) noexcept {
   std::string_view token = text_of(job, job->token_at, job->token_len);
   if (token.empty()) return refuse(*job, 401, "missing token (?token= or cookie wspush_token)"), false;
   char storage[proto::jwt_claims_storage_bytes];
   proto::jwt_claims claims;
   auto r = tokens.verify(token, std::int64_t(std::time(nullptr)), storage, claims);
   if (!r.ok()) return refuse(*job, 401, r.message), false;
+  if (users) {
+    if (!users->join(claims.sub, job->user))
+      return refuse(*job, 429, "this user has as many connections open as this node allows\n"), false;
+    job->users = users;  // from here on the job leaves the user if it goes no further
+  }
   std::string_view topics = claims.topics.bytes(), pub = claims.pub.bytes();
   if (!job.reserve_tail(job->len, job->len + topics.size() + pub.size())) return refuse(*job, 500, "internal error\n"), false;
   std::uint8_t* at = job.tail() + job->len;
@@ -71,8 +76,8 @@ void finish_stream(upgrade_job_ref& job, bool checked) noexcept {
 
 }  // namespace
 
-void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noexcept {
-  if (tokens && !check_token(*tokens, job)) return;
+void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job, user_table* users) noexcept {
+  if (tokens && !check_token(*tokens, job, users)) return;
   if (job->sse) return finish_stream(job, tokens != nullptr);
   upgrade_job& j = *job;
   std::size_t n = proto::encode_switching_protocols(text_of(job, j.key_at, j.key_len),
@@ -86,9 +91,10 @@ void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noe
 }
 
 pool_upgrade_runner::pool_upgrade_runner(loop& l, pool::task_pool& tasks, const proto::jwt_verifier* tokens,
-                                         inbox_consumer<upgrade_job_ref>& done)
+                                         inbox_consumer<upgrade_job_ref>& done, user_table* users)
     : _tasks(tasks),
       _tokens(tokens),
+      _users(users),
       _done(l, tasks.options().queue_capacity + tasks.options().max_workers + 64, done) {}
 
 bool pool_upgrade_runner::run(upgrade_job_ref&& job) noexcept {
@@ -96,7 +102,7 @@ bool pool_upgrade_runner::run(upgrade_job_ref&& job) noexcept {
     pool_upgrade_runner* self;
     upgrade_job_ref job;
     void operator()() noexcept {
-      finish_upgrade(self->_tokens, job);
+      finish_upgrade(self->_tokens, job, self->_users);
       // The inbox has room for every job that can be out; it refuses only once the loop has
       // stopped, and then the connection is gone anyway (the job is dropped with the task).
       [[maybe_unused]] bool posted = self->_done.post(std::move(job));

@@ -27,7 +27,8 @@ class upgrade_runner {
 
 /// The worker's part, on its own (tests call it inline): checks the token (none when `tokens`
 /// is null) and writes the 101 response; sets job->status.
-void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job) noexcept;
+/// With `users`, the token's `sub` is counted there (429 past --max-connections-per-user).
+void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job, user_table* users = nullptr) noexcept;
 
 /// The real runner: jobs on the task pool, back through an inbox of the shard's loop.
 class pool_upgrade_runner final : public upgrade_runner {
@@ -35,13 +36,14 @@ class pool_upgrade_runner final : public upgrade_runner {
   /// All must outlive the runner. The inbox holds as many jobs as can be out at once (the pool's
   /// queue and workers), so a worker's post back never finds it full.
   pool_upgrade_runner(loop& l, pool::task_pool& tasks, const proto::jwt_verifier* tokens,
-                      inbox_consumer<upgrade_job_ref>& done);
+                      inbox_consumer<upgrade_job_ref>& done, user_table* users = nullptr);
   bool run(upgrade_job_ref&& job) noexcept override;
   bool retry() noexcept override;
 
  private:
   pool::task_pool& _tasks;
   const proto::jwt_verifier* _tokens;
+  user_table* _users;
   inbox<upgrade_job_ref> _done;
   std::vector<pool::task_pool::task> _held;  // jobs no worker had room for, oldest first
 };

@@ -50,9 +50,10 @@ std::size_t subbed_bound(std::span<const std::string_view> topics, std::span<con
 }  // namespace
 
 session::session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
-                 std::uint32_t max_message_bytes, bool expire_history)
+                 std::uint32_t max_message_bytes, bool expire_history, user_table* users)
     : _o(o),
       _tokens(tokens),
+      _users(users),
       _expire_history(expire_history),
       _hub(h),
       _fanout(f),
@@ -92,7 +93,7 @@ bool session::on_open(conn_id c, const open_info& info) noexcept {
     }
     _rate[c] = 0;  // a full burst
   }
-  return !_tokens || _sessions.set(c, info.exp, info.topics, info.pub);
+  return !_tokens || _sessions.set(c, info.exp, info.topics, info.pub, info.user);
 }
 
 /// Whether `c`'s message keeps to --client-message-rate. One past it is answered `rate_limited`
@@ -135,6 +136,7 @@ void session::on_close(conn_id c) noexcept {
   } else if (_fanout.registry().unsubscribe_all(c)) {
     _fanout.count_subscriptions();  // a reused slot starts with no topics
   }
+  if (_users) _users->leave(_sessions.get(c).user);
   _sessions.clear(c);
 }
 
@@ -312,7 +314,11 @@ void session::client_auth(conn_id c) noexcept {
   proto::jwt_claims claims;
   if (!_tokens->verify(_env->token, realtime_ms() / 1000, storage, claims).ok())
     return client_error(c, proto::client_error::unauthorized, {});
-  if (!_sessions.set(c, claims.exp, claims.topics.bytes(), claims.pub.bytes()))
+  // A connection keeps the user it opened with: another `sub`'s token would let it slip past
+  // what is counted and decided per user.
+  const std::uint32_t user = _sessions.get(c).user;
+  if (_users && !_users->is(user, claims.sub)) return client_error(c, proto::client_error::forbidden, {});
+  if (!_sessions.set(c, claims.exp, claims.topics.bytes(), claims.pub.bytes(), user))
     return client_error(c, proto::client_error::unavailable, {});
   // What the new grants no longer allow: copied out before unsubscribing (a topic the registry
   // drops takes its name with it).

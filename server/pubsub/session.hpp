@@ -17,6 +17,7 @@
 #include "proto/jwt.hpp"
 #include "proto/topic.hpp"
 #include "server/base/options.hpp"
+#include "server/base/user_table.hpp"
 #include "server/conn/app.hpp"
 #include <unordered_map>
 
@@ -33,7 +34,7 @@ class session final : public application, private bus_reply_handler {
   /// --auth=none: everyone may subscribe to anything). `expire_history`: this shard sweeps the
   /// history's TTL (one shard does). `tokens` must outlive the session.
   session(const session_options& o, const proto::jwt_verifier* tokens, hub& h, fanout& f,
-          std::uint32_t max_message_bytes, bool expire_history);
+          std::uint32_t max_message_bytes, bool expire_history, user_table* users = nullptr);
   /// With a bus outside the process (Redis): subs, pubs and history go through it, and this
   /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp). A long
   /// replay is sent while a connection has less than half of `max_pending_bytes` unsent.
@@ -78,6 +79,7 @@ class session final : public application, private bus_reply_handler {
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
+  user_table* const _users;  // with tokens: each connection's user, left at its close
   const bool _expire_history;
   hub& _hub;
   fanout& _fanout;

@@ -6,8 +6,9 @@
 // Only servers with tokens fill it: with --auth=none every connection has the same grants
 // and no expiry.
 //
-// Budget: 32 bytes a connection. Grants up to 24 bytes in compact form (a mailbox token:
-// `mailbox:1234567` is 16) sit in the record; longer ones take a heap block of their size.
+// Budget: 32 bytes a connection. Grants up to 20 bytes in compact form (a mailbox token:
+// `mailbox:1234567` is 16) sit in the record; longer ones take a heap block of their size. The
+// token's user (its `sub`, as the process's user_table numbers it) is fixed at the upgrade.
 
 #include <cstdint>
 #include <cstring>
@@ -21,16 +22,22 @@
 namespace wspush::server::pubsub {
 
 struct session_grants {
-  static constexpr std::size_t inline_bytes = 24;
+  static constexpr std::size_t inline_bytes = 20;
   std::uint32_t exp = 0;  // unix seconds; 0: no expiry
+  std::uint32_t user = 0;  // user_table's number (0: the token named none)
   std::uint16_t topics_len = 0, pub_len = 0;
-  union {
-    char inline_grants[inline_bytes];
-    char* heap;
-  };
+  // The grants, or (on_heap) where they are: a pointer kept in the same bytes, copied in and out
+  // so that the record stays 4-byte aligned and within its 32 bytes.
+  char inline_grants[inline_bytes];
 
   bool on_heap() const noexcept { return std::size_t(topics_len) + pub_len > inline_bytes; }
-  const char* grants() const noexcept { return on_heap() ? heap : inline_grants; }
+  char* heap() const noexcept {
+    char* p;
+    std::memcpy(&p, inline_grants, sizeof p);
+    return p;
+  }
+  void set_heap(char* p) noexcept { std::memcpy(inline_grants, &p, sizeof p); }
+  const char* grants() const noexcept { return on_heap() ? heap() : inline_grants; }
   proto::grants_view topics() const noexcept { return proto::grants_view({grants(), topics_len}); }
   proto::grants_view pub() const noexcept { return proto::grants_view({grants() + topics_len, pub_len}); }
 };
@@ -49,7 +56,8 @@ class session_table {
 
   /// Stores slot i's grants (compact form, as jwt_claims holds them) and expiry. False when
   /// out of memory; the slot is then empty.
-  bool set(std::uint32_t i, std::int64_t exp, std::string_view topics, std::string_view pub) noexcept {
+  bool set(std::uint32_t i, std::int64_t exp, std::string_view topics, std::string_view pub,
+           std::uint32_t user = 0) noexcept {
     if (topics.size() > UINT16_MAX || pub.size() > UINT16_MAX) return false;
     while (i >= capacity())
       if (!grow()) return false;
@@ -60,13 +68,14 @@ class session_table {
     if (n > session_grants::inline_bytes) {
       dst = new (std::nothrow) char[n];
       if (!dst) return false;
-      s.heap = dst;
+      s.set_heap(dst);
     }
     if (!topics.empty()) std::memcpy(dst, topics.data(), topics.size());
     if (!pub.empty()) std::memcpy(dst + topics.size(), pub.data(), pub.size());
     s.topics_len = std::uint16_t(topics.size());
     s.pub_len = std::uint16_t(pub.size());
     s.exp = exp <= 0 ? 0 : exp > INT64_C(0xFFFFFFFF) ? 0xFFFFFFFFu : std::uint32_t(exp);
+    s.user = user;
     return true;
   }
 
@@ -74,9 +83,10 @@ class session_table {
   void clear(std::uint32_t i) noexcept {
     if (i >= capacity()) return;
     session_grants& s = at(i);
-    if (s.on_heap()) delete[] s.heap;
+    if (s.on_heap()) delete[] s.heap();
     s.topics_len = s.pub_len = 0;
     s.exp = 0;
+    s.user = 0;
   }
 
   /// Slot i's session; an empty one (no grants, no expiry) when never set.

@@ -16,9 +16,18 @@ order; an event stream ends with `retry:`. Counted in `wspush_lifetime_closes_to
 `--client-message-rate R --client-message-burst B`: a client gets its burst, then one message
 per 1/R s; one past it is answered `{"op":"error","code":"rate_limited"}` and not handled; a client
 that keeps to its rate is never refused; a flood is closed with 1008 after 16 refusals. Counted in
-`wspush_client_messages_rate_limited_total`. Exit 0 pass, 1 fail, 77 io_uring unavailable.
+`wspush_client_messages_rate_limited_total`.
+
+`--max-connections-per-user N` (tokens): a user's N+1th connection on the node, WebSocket or
+event stream, gets `429` with `Retry-After`; another user is not affected; a connection that
+closes (by the client, or refused later) frees its place. And a connection keeps the user it
+opened with: an in-band `auth` with a token of another `sub` is refused `forbidden` and changes
+nothing, one of the same `sub` is `authed`. Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
+import base64
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -254,6 +263,84 @@ def message_rate_step(args) -> None:
     server.kill()
 
 
+SECRET = "limits-test-secret"
+PER_USER = 3
+
+
+def token(sub: str, exp_in: float = 3600) -> str:
+    enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()  # noqa: E731
+    head = enc(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = enc(json.dumps({"sub": sub, "exp": int(time.time() + exp_in), "topics": ["mailbox:*"]}).encode())
+    sig = hmac.new(SECRET.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{enc(sig)}"
+
+
+def raw_open(port: int, tok: str, stream: bool = False) -> "tuple[socket.socket, bytes]":
+    s = socket.create_connection(("127.0.0.1", port), timeout=scaled(10))
+    req = (f"GET /sse?topics=mailbox:1&token={tok} HTTP/1.1\r\nHost: x\r\n\r\n" if stream else
+           f"GET /ws?token={tok} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    s.sendall(req.encode())
+    return s, head_of(s)
+
+
+async def users(server: ServerProcess) -> None:
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    alice = token("alice")
+    held = [await websockets.connect(f"{url}?token={alice}", ping_interval=None) for _ in range(PER_USER - 1)]
+    stream, head = raw_open(server.port, alice, stream=True)  # a stream counts as a connection too
+    check(head.startswith(b"HTTP/1.1 200"), f"alice's stream answered {head[:40]!r}")
+    for stream_too in (False, True):
+        s, head = raw_open(server.port, alice, stream_too)
+        s.close()
+        check(head.startswith(b"HTTP/1.1 429"), f"alice's connection {PER_USER + 1} answered {head[:60]!r}")
+        retry = [l for l in head.split(b"\r\n") if l.lower().startswith(b"retry-after:")]
+        check(len(retry) == 1 and 1 <= int(retry[0].split(b":")[1]) <= 60, f"429 without a Retry-After: {head!r}")
+    bob = await websockets.connect(f"{url}?token={token('bob')}", ping_interval=None)  # another user: room
+    # Closing one of alice's frees its place (the stream's close, seen by the server as EOF).
+    stream.close()
+    deadline = time.monotonic() + scaled(10)
+    while True:
+        s, head = raw_open(server.port, alice)
+        if head.startswith(b"HTTP/1.1 101"):
+            break
+        s.close()
+        check(time.monotonic() < deadline, f"a closed connection did not free alice's place: {head[:40]!r}")
+        await asyncio.sleep(0.05)
+    s.close()
+    # The user is fixed: bob's token on alice's connection is refused, alice's own refresh is not.
+    ws = held[0]
+    await ws.send(json.dumps({"op": "auth", "token": token("bob")}))
+    reply = await recv_json(ws)
+    check(reply == {"op": "error", "code": "forbidden"}, f"another user's token answered {reply}")
+    await ws.send(json.dumps({"op": "auth", "token": token("alice", 7200)}))
+    reply = await recv_json(ws)
+    check(reply.get("op") == "authed", f"alice's own new token answered {reply}")
+    for c in held + [bob]:
+        await c.close()
+    # Every place is free again once they are all closed.
+    deadline = time.monotonic() + scaled(10)
+    opened = []
+    while len(opened) < PER_USER:
+        s, head = raw_open(server.port, alice)
+        if head.startswith(b"HTTP/1.1 101"):
+            opened.append(s)
+            continue
+        s.close()
+        check(time.monotonic() < deadline, f"places not freed after every close: {len(opened)} of {PER_USER}")
+        await asyncio.sleep(0.05)
+    for s in opened:
+        s.close()
+
+
+def users_step(args) -> None:
+    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose, jwt_secret=SECRET,
+                           extra=["--max-connections-per-user", str(PER_USER)]).start()
+    asyncio.run(users(server))
+    check(metric(server, 'wspush_upgrades_total{result="user_limit"}') >= 2, "429s not counted as user_limit")
+    server.kill()
+
+
 def main(args) -> None:
     server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
                            extra=["--upgrade-rate", str(RATE)]).start()
@@ -261,6 +348,7 @@ def main(args) -> None:
     server.kill()
     run_step("--max-connection-lifetime: 1001 each at its time, resume loses nothing", lifetime, args)
     run_step("--client-message-rate: burst, rate, rate_limited, a flood closed 1008", message_rate_step, args)
+    run_step("--max-connections-per-user: 429, places freed; the user fixed at the upgrade", users_step, args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,98 @@
+#pragma once
+// The users connected to this process: each token's `sub`, interned once while any of its
+// connections is open, with how many there are. A connection holds its user's number (4 bytes)
+// from its upgrade to its close: so a user is counted against --max-connections-per-user, and a
+// connection keeps the user it opened with (an in-band token of another `sub` is refused).
+//
+// Any thread: upgrades join on the task pool, closes leave on the shards. A mutex guards it;
+// it is taken once when a connection opens and once when it closes, never per message.
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace wspush::server {
+
+class user_table {
+ public:
+  /// A connection's user when its token names none (or there are no tokens): never limited.
+  static constexpr std::uint32_t nobody = 0;
+
+  explicit user_table(std::uint32_t max_connections_per_user = 0) : _limit(max_connections_per_user) {}
+
+  /// Counts one more connection of `sub`; its number, or `nobody` when `sub` is empty. False
+  /// (nothing counted) when the user has its --max-connections-per-user already, or memory ran out.
+  bool join(std::string_view sub, std::uint32_t& id) noexcept {
+    id = nobody;
+    if (sub.empty()) return true;
+    std::lock_guard lock(_m);
+    try {
+      auto [it, added] = _ids.try_emplace(std::string(sub), 0);
+      if (added) {
+        if (_free.empty()) {
+          _users.push_back({});
+          _free.reserve(_users.size());  // so that leave() never allocates
+          it->second = std::uint32_t(_users.size());  // numbers from 1: 0 is nobody
+        } else {
+          it->second = _free.back();
+          _free.pop_back();
+        }
+        _users[it->second - 1] = {&it->first, 0};
+      }
+      user& u = _users[it->second - 1];
+      if (_limit && u.connections >= _limit) return false;  // (a user just added has none: kept)
+      ++u.connections;
+      id = it->second;
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  /// The connection of user `id` is gone.
+  void leave(std::uint32_t id) noexcept {
+    if (id == nobody) return;
+    std::lock_guard lock(_m);
+    user& u = _users[id - 1];
+    if (--u.connections > 0) return;
+    const std::string* name = u.name;
+    u = {};
+    _ids.erase(*name);
+    _free.push_back(id);  // within the room join() reserved
+  }
+
+  /// Whether user `id` is `sub` (nobody is the empty one).
+  bool is(std::uint32_t id, std::string_view sub) const noexcept {
+    if (id == nobody) return sub.empty();
+    std::lock_guard lock(_m);
+    return *_users[id - 1].name == sub;
+  }
+
+  /// Users with at least one connection, and connections of `sub` (for tests and metrics).
+  std::size_t users() const noexcept {
+    std::lock_guard lock(_m);
+    return _ids.size();
+  }
+  std::uint32_t connections_of(std::string_view sub) const {
+    std::lock_guard lock(_m);
+    auto it = _ids.find(std::string(sub));
+    return it == _ids.end() ? 0 : _users[it->second - 1].connections;
+  }
+  std::uint32_t limit() const noexcept { return _limit; }
+
+ private:
+  struct user {
+    const std::string* name = nullptr;  // the map's key (node-based: stable)
+    std::uint32_t connections = 0;
+  };
+  const std::uint32_t _limit;
+  mutable std::mutex _m;
+  std::unordered_map<std::string, std::uint32_t> _ids;
+  std::vector<user> _users;  // by number - 1
+  std::vector<std::uint32_t> _free;
+};
+
+}  // namespace wspush::server
