@@ -236,7 +236,7 @@ const std::vector<option>& options() {
        "{\"op\":\"error\",\"code\":\"rate_limited\"}, and 16 past it without slowing down: close 1008 (0: no limit)",
        [](const config& c) { return fmt_seconds(c.session.client_message_rate); },
        [](config& c, std::string_view v) {  // 0 (its default): no limit
-         c.session.client_message_rate = v == "0" ? 0 : parse_seconds("client-message-rate", v);
+         c.session.client_message_rate = v == "0" ? 0 : parse_uint<std::uint32_t>("client-message-rate", v, 1, 1'000'000);
        }},
       {"client-message-burst", "N", "messages a client connection may send at once before --client-message-rate applies",
        U32("client-message-burst", session.client_message_burst, 1, 1'000'000)},
@@ -523,6 +523,9 @@ config parse_config(int argc, char** argv) {
     throw config_error("--allow-client-publish is for --auth=none; with tokens the `pub` claim decides who may publish");
   if (c.conn.max_frame_bytes > c.conn.max_message_bytes) c.conn.max_frame_bytes = c.conn.max_message_bytes;
   c.conn.text_heartbeat = c.mode == app_mode::pubsub;
+  if (c.conn.max_connections_per_user > 0 && (c.auth_none || c.mode != app_mode::pubsub))
+    throw config_error("--max-connections-per-user counts the users of tokens (their sub): it needs --jwt-secret and "
+                       "--mode=pubsub");
   if (c.conn.sse_path == c.conn.ws_path)
     throw config_error("--sse-path and --ws-path must differ: one path opens WebSockets, the other event streams");
   if (c.mode != app_mode::pubsub) c.conn.sse_path.clear();  // streams speak the pub/sub protocol

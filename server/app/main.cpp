@@ -251,7 +251,7 @@ int run(const config& cfg, int argc, char** argv) {
   shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get(), bus.get(), &deflate};
   shared.upgrade_gate.configure(cfg.conn.upgrade_rate, cfg.conn.upgrade_rate);
   user_table users(cfg.conn.max_connections_per_user);  // outlives the shards (they join and leave it)
-  if (tokens) shared.users = &users;
+  if (tokens && cfg.mode == app_mode::pubsub) shared.users = &users;  // the session leaves them
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;

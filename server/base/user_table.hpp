@@ -8,6 +8,7 @@
 // it is taken once when a connection opens and once when it closes, never per message.
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -29,27 +30,31 @@ class user_table {
     id = nobody;
     if (sub.empty()) return true;
     std::lock_guard lock(_m);
-    try {
-      auto [it, added] = _ids.try_emplace(std::string(sub), 0);
-      if (added) {
-        if (_free.empty()) {
-          _users.push_back({});
-          _free.reserve(_users.size());  // so that leave() never allocates
-          it->second = std::uint32_t(_users.size());  // numbers from 1: 0 is nobody
-        } else {
-          it->second = _free.back();
-          _free.pop_back();
+    auto it = _ids.find(sub);  // no string made for a user already here
+    if (it == _ids.end()) {
+      try {
+        if (_free.empty()) {  // room first: once the name is in, nothing below can fail
+          _users.reserve(_users.size() + 1);
+          _free.reserve(_users.size() + 1);  // so that leave() never allocates
         }
-        _users[it->second - 1] = {&it->first, 0};
+        it = _ids.emplace(std::string(sub), 0).first;
+      } catch (...) {
+        return false;
       }
-      user& u = _users[it->second - 1];
-      if (_limit && u.connections >= _limit) return false;  // (a user just added has none: kept)
-      ++u.connections;
-      id = it->second;
-      return true;
-    } catch (...) {
-      return false;
+      if (_free.empty()) {
+        _users.push_back({});
+        it->second = std::uint32_t(_users.size());  // numbers from 1: 0 is nobody
+      } else {
+        it->second = _free.back();
+        _free.pop_back();
+      }
+      _users[it->second - 1] = {&it->first, 0};
     }
+    user& u = _users[it->second - 1];
+    if (_limit && u.connections >= _limit) return false;  // a user just added has none: never refused
+    ++u.connections;
+    id = it->second;
+    return true;
   }
 
   /// The connection of user `id` is gone.
@@ -78,7 +83,7 @@ class user_table {
   }
   std::uint32_t connections_of(std::string_view sub) const {
     std::lock_guard lock(_m);
-    auto it = _ids.find(std::string(sub));
+    auto it = _ids.find(sub);
     return it == _ids.end() ? 0 : _users[it->second - 1].connections;
   }
   std::uint32_t limit() const noexcept { return _limit; }
@@ -88,9 +93,13 @@ class user_table {
     const std::string* name = nullptr;  // the map's key (node-based: stable)
     std::uint32_t connections = 0;
   };
+  struct name_hash {  // finds a std::string key by a string_view
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
   const std::uint32_t _limit;
   mutable std::mutex _m;
-  std::unordered_map<std::string, std::uint32_t> _ids;
+  std::unordered_map<std::string, std::uint32_t, name_hash, std::equal_to<>> _ids;
   std::vector<user> _users;  // by number - 1
   std::vector<std::uint32_t> _free;
 };

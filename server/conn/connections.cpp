@@ -156,12 +156,12 @@ bool connections::queue(std::uint32_t slot, pool::frame_ref f, bool control) noe
   if ((c.ext & ext_deflate) && f.has_twin()) f = f.twin();  // the compressed frame of the same message
   bool end_after = false;
   if (c.ext & ext_sse) {  // the same messages as events
-    f = _in_batch && _sse.stateless(slot) ? _sse.shared(f) : _sse.render(slot, f, end_after);
+    f = _in_batch && !control && _sse.stateless(slot) ? _sse.shared(f) : _sse.render(slot, f, end_after);
     if (!f) return close_now(slot), false;
     if (f.bytes().empty()) return true;  // nothing of it has a form on a stream
   }
   if (!c.tx.push(_buffers, std::move(f))) return close_now(slot), false;
-  if (end_after) return end_stream(slot), true;
+  if (end_after) return _ws.start_close(slot, proto::close_code::try_again_later, false), true;  // its retry: is spread
   if (!control && c.state == conn_state::open) {
     switch (c.tx.judge(_o.max_pending_bytes, stuck(c))) {
       case out_queue::verdict::ok: break;
@@ -379,18 +379,18 @@ void connections::opened(std::uint32_t slot) noexcept {
   if (!_life_ticks) return;
   if (slot >= _opened_at.size()) {
     try {
-      _opened_at.resize(_table.capacity());  // once per chunk of the table, not per connection
+      _opened_at.resize(_table.capacity(), no_lifetime);  // once per chunk of the table, not per connection
     } catch (const std::bad_alloc&) {
       return;  // this one lives without a limit
     }
   }
-  _opened_at[slot] = _loop.now();
+  _opened_at[slot] = std::min(_loop.now(), no_lifetime - 1);
 }
 
 /// A connection's life is the lifetime +-10%, drawn from its token: each connection its own, so
 /// that connections opened together (a reconnect storm) do not all end together either.
 std::uint32_t connections::life_left(std::uint32_t slot) const noexcept {
-  if (!_life_ticks || slot >= _opened_at.size()) return UINT32_MAX;
+  if (!_life_ticks || slot >= _opened_at.size() || _opened_at[slot] == no_lifetime) return UINT32_MAX;
   std::uint64_t h = make_token(slot, _table.at(slot).gen) * 0x9E3779B97F4A7C15ull;
   h ^= h >> 31;
   const double draw = double(h >> 11) * 0x1p-53;  // [0, 1)
@@ -405,16 +405,6 @@ void connections::stream_opened(std::uint32_t slot) noexcept {
   _n.streams_open.add();
 }
 
-/// A stream whose `sub` was refused: the refusal (queued) is its last event.
-void connections::end_stream(std::uint32_t slot) noexcept {
-  connection& c = _table.at(slot);
-  if (c.state != conn_state::open) return;
-  set_state(slot, conn_state::closing);
-  c.flags |= flag_close_when_flushed;
-  stop_reading(slot);
-  _loop.arm(slot, _loop.ticks_for(_o.close_timeout));
-  list(slot);
-}
 
 void connections::negotiated_deflate(std::uint32_t slot) noexcept {
   connection& c = _table.at(slot);

@@ -170,7 +170,6 @@ class connections final : public loop_handler,
   void release(std::uint32_t slot) noexcept;
   void leave_count(connection& c) noexcept;
   void refuse_over_capacity(int fd) noexcept;
-  void end_stream(std::uint32_t slot) noexcept;
 
   const conn_options& _o;
   loop_ops& _loop;
@@ -182,6 +181,7 @@ class connections final : public loop_handler,
   rate_gate* _upgrade_gate = nullptr;
   std::uint32_t _life_ticks = 0;          // --max-connection-lifetime (0: none)
   std::vector<std::uint32_t> _opened_at;  // with a lifetime: the tick each slot's connection opened
+  static constexpr std::uint32_t no_lifetime = UINT32_MAX;  // a slot opened while _opened_at could not grow
   conn_table _table;
   http_phase _http;
   ws_phase _ws;

@@ -8,11 +8,11 @@
 #include <cstring>
 
 #include "proto/sse.hpp"
-#include "server/base/clock.hpp"
-#include "server/base/random.hpp"
 #include "proto/topic.hpp"
 #include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
+#include "server/base/clock.hpp"
+#include "server/base/random.hpp"
 #include "server/conn/compression.hpp"
 #include "server/conn/connections.hpp"
 #include "server/conn/static_site.hpp"
@@ -22,7 +22,7 @@
 namespace wspush::server {
 
 http_phase::http_phase(connections& c, ws_phase& ws) noexcept
-    : _c(c), _ws(ws), _rand(std::uint64_t(reinterpret_cast<std::uintptr_t>(this)) ^ monotonic_ns() | 1) {}
+    : _c(c), _ws(ws), _rand((std::uint64_t(reinterpret_cast<std::uintptr_t>(this)) ^ monotonic_ns()) | 1) {}
 
 void http_phase::on_bytes(std::uint32_t slot, std::span<const std::uint8_t> bytes) noexcept {
   connection& c = _c.at(slot);
@@ -71,7 +71,6 @@ void http_phase::open_stream(std::uint32_t slot, const proto::upgrade_request& r
   if (req.method != "GET") return answer(slot, 405, "an event stream is opened with GET\n", "Allow: GET\r\n");
   upgrade_job_ref& job = _c.at(slot).rx.job;
   if (job->len != consumed) return answer(slot, 400, "nothing may follow an event stream's request\n");
-  if (over_rate(slot)) return;
   std::string_view token = req.token;
   auto bearer = [](std::string_view v) {  // `Bearer` is case-insensitive (RFC 9110 auth-scheme)
     constexpr std::string_view scheme = "bearer ";
@@ -90,9 +89,10 @@ void http_phase::open_stream(std::uint32_t slot, const proto::upgrade_request& r
   };
   const std::uint32_t topics_at = offset(topics), since_at = offset(since);
   job->token_at = offset(token), job->token_len = std::uint32_t(token.size());
-  // Decoded, they are no longer than on the wire; one LF more per topic.
+  // Decoded, they are no longer than on the wire (commas become LFs where they are), and one LF
+  // ends the list.
   const std::uint32_t at = job->len;
-  const std::size_t room = topics.size() + proto::max_sse_topics + since.size();
+  const std::size_t room = topics.size() + 1 + since.size();
   if (!job.reserve_tail(job->len, job->len + room)) return _c.close_now(slot);
   char* const base = reinterpret_cast<char*>(job.tail());
   const std::string_view raw_topics(base + topics_at, topics.size()), raw_since(base + since_at, since.size());
@@ -135,6 +135,7 @@ void http_phase::open_stream(std::uint32_t slot, const proto::upgrade_request& r
   job->sse_since_len = std::uint32_t(since_len);
   job->len = at + topics_len + std::uint32_t(since_len);
   job->consumed = consumed;
+  if (over_rate(slot)) return;  // a request refused 400 spends none of the rate
   return dispatch(slot);
 }
 
@@ -210,9 +211,10 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
   j.users = nullptr;  // the application has the user now: it leaves it when the connection closes
   _c.opened(slot);
   if (j.sse) {
+    if (_c.at(slot).rx.early) return answer(slot, 400, "nothing may follow an event stream's request\n");
     std::memcpy(response.data(), j.response, j.response_len);
     response.set_size(j.response_len);
-    return start_stream(slot, std::move(job), std::move(response));
+    return start_stream(slot, job, std::move(response));
   }
   if (j.heartbeat) _c.at(slot).flags |= flag_text_heartbeat;
   if (j.deflate) _c.negotiated_deflate(slot);
@@ -231,7 +233,7 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
 
 /// An event stream's 200 is queued (before the connection is marked a stream: it goes as it
 /// is), then the stream starts: its `sub` goes to the application.
-void http_phase::start_stream(std::uint32_t slot, upgrade_job_ref&& job, pool::lease&& response) noexcept {
+void http_phase::start_stream(std::uint32_t slot, const upgrade_job_ref& job, pool::lease&& response) noexcept {
   const upgrade_job& j = *job;
   _c.counters_mut().upgrades_ok.add();
   _c.at(slot).rx.early.reset();  // a stream's client sends nothing after its request

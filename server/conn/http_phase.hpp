@@ -46,7 +46,7 @@ class http_phase {
  private:
   std::uint8_t negotiate(const proto::upgrade_request& req) noexcept;  // upgrade_job::deflate
   void open_stream(std::uint32_t slot, const proto::upgrade_request& req, std::uint32_t consumed) noexcept;
-  void start_stream(std::uint32_t slot, upgrade_job_ref&& job, pool::lease&& response) noexcept;
+  void start_stream(std::uint32_t slot, const upgrade_job_ref& job, pool::lease&& response) noexcept;
   void dispatch(std::uint32_t slot) noexcept;
   void serve(std::uint32_t slot, const struct static_file& f, std::string_view method,
              std::string_view if_none_match) noexcept;

@@ -8,7 +8,6 @@
 #include <random>
 
 #include "proto/sse.hpp"
-#include "proto/ws_close.hpp"
 #include "proto/ws_frame.hpp"
 #include "server/base/random.hpp"
 #include "server/conn/app.hpp"
@@ -26,7 +25,7 @@ void sse_phase::start(std::uint32_t slot, std::span<const std::string_view> topi
   for (std::size_t k = 0; k < topics.size(); ++k) bound += 2 * topics[k].size() + positions[k].size() + 12;
   pool::lease l = _c.buffers().acquire(bound + 64);  // + the JSON parser's padding
   try {
-    stream& s = _streams[slot];
+    stream& s = _streams[slot] = stream{};
     s.topics.assign(topics.begin(), topics.end());
     s.at.assign(positions.begin(), positions.end());
     for (std::string& p : s.at) p.reserve(proto::max_id_bytes);  // an event's id never grows it

@@ -294,6 +294,7 @@ void ws_phase::start_close(std::uint32_t slot, proto::close_code code, bool ling
   std::size_t n = proto::encode_close_payload(code, {}, payload);
   _c.set_state(slot, conn_state::closing);
   queue_close(slot, {payload, n});
+  if (c.state != conn_state::closing) return;  // it could not be queued: the connection is gone
   if (c.ext & ext_sse) {  // a stream ends with its response: the client reconnects after `retry:`
     c.flags |= flag_close_when_flushed;
     _c.stop_reading(slot);
@@ -359,7 +360,8 @@ void ws_phase::on_timer(std::uint32_t slot) noexcept {
   }
   if (c.ext & ext_sse) {  // a stream: a comment line every interval, and no answer to wait for
     queue_ping(slot);
-    return arm(slot, _c.loop().ticks_for(o.ping_interval));
+    if (c.state == conn_state::open) arm(slot, _c.loop().ticks_for(o.ping_interval));  // (the comment may have closed it)
+    return;
   }
   if (c.flags & flag_timer_message) {  // a frame or message started and did not finish in time
     _c.counters_mut().timeouts.add();

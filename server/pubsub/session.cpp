@@ -113,7 +113,8 @@ bool session::within_rate(conn_id c) noexcept {
       _ops->close(c, proto::close_code::policy_violation);
       return false;
     }
-    client_error(c, proto::client_error::rate_limited, {});
+    const bool pub = _env->op == proto::client_op::pub;
+    client_error(c, proto::client_error::rate_limited, pub ? _env->topic : std::string_view{}, pub ? "pub" : "");
     return false;
   }
   if (tat <= now) refused = 0;  // it kept to its rate: nothing borrowed from its burst
@@ -174,9 +175,11 @@ bool session::reply(conn_id c, std::size_t bound, Encode&& encode) noexcept {
 
 void session::on_message(conn_id c, message& m) noexcept {
   if (m.op != proto::opcode::text) return _ops->close(c, proto::close_code::unsupported_data);  // the protocol is JSON text
-  if (!within_rate(c)) return;
   std::string_view text(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
   auto r = _parser.parse(text, m.readable, *_env);
+  // Read first, so that a refusal names what it refuses as every other does (a pub's has `of`);
+  // the heartbeat's pong answers the server and is neither counted nor refused.
+  if (r.ok() && _env->op != proto::client_op::pong && !within_rate(c)) return;
   if (!r.ok()) return client_error(c, r.error, {});
   switch (_env->op) {
     case proto::client_op::sub: return client_sub(c);

@@ -63,6 +63,7 @@ class session_table {
       if (!grow()) return false;
     clear(i);
     session_grants& s = at(i);
+    s.user = user;  // kept even if the grants cannot be: the close still leaves the right user
     std::size_t n = topics.size() + pub.size();
     char* dst = s.inline_grants;
     if (n > session_grants::inline_bytes) {
@@ -75,7 +76,6 @@ class session_table {
     s.topics_len = std::uint16_t(topics.size());
     s.pub_len = std::uint16_t(pub.size());
     s.exp = exp <= 0 ? 0 : exp > INT64_C(0xFFFFFFFF) ? 0xFFFFFFFFu : std::uint32_t(exp);
-    s.user = user;
     return true;
   }
 
