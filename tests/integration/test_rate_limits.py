@@ -231,6 +231,18 @@ async def message_rate(server: ServerProcess) -> None:
     await ws.send(sub)
     check((await recv_json(ws)).get("op") == "subbed", "a message at the rate after a refusal was refused")
     await ws.close()
+    # A refused pub says so (of: pub), and a heartbeat's pong is neither counted nor refused.
+    ws = await websockets.connect(url, ping_interval=None)
+    for k in range(MSG_BURST):
+        await ws.send(sub)
+    for _ in range(3):
+        await ws.send(json.dumps({"op": "pong"}))
+    await ws.send(json.dumps({"op": "pub", "topic": "mailbox:rate", "data": 1}))
+    replies = [await recv_json(ws) for _ in range(MSG_BURST + 1)]
+    check(all(r.get("op") == "subbed" for r in replies[:MSG_BURST]), f"the burst answered {replies}")
+    check(replies[-1] == {"op": "error", "code": "rate_limited", "topic": "mailbox:rate", "of": "pub"},
+          f"a pub past the rate answered {replies[-1]} (the pongs are not answered)")
+    await ws.close()
     # A client that keeps to its rate (a little under it) is never refused.
     polite = await websockets.connect(url, ping_interval=None)
     for k in range(int(MSG_RATE * 2)):
@@ -255,11 +267,12 @@ async def message_rate(server: ServerProcess) -> None:
 
 def message_rate_step(args) -> None:
     server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                           extra=["--client-message-rate", str(MSG_RATE), "--client-message-burst", str(MSG_BURST)]).start()
+                           extra=["--client-message-rate", str(MSG_RATE), "--client-message-burst", str(MSG_BURST),
+                                  "--allow-client-publish"]).start()
     before = metric(server, "wspush_client_messages_rate_limited_total")
     asyncio.run(message_rate(server))
     counted = metric(server, "wspush_client_messages_rate_limited_total") - before
-    check(counted == 1 + 16, f"{counted} counted as rate limited, 17 were")
+    check(counted == 1 + 1 + 16, f"{counted} counted as rate limited, 18 were (the pongs are not)")
     server.kill()
 
 
