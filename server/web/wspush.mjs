@@ -1,10 +1,12 @@
 // wspush browser client: one source, served as /wspush.mjs (an ES module) and /wspush.js (a
 // classic script that sets window.WsPush). No dependencies; runs in Node 20+ when given a
-// WebSocket class ({WebSocket} in the options).
+// WebSocket class ({WebSocket} in the options), and an EventSource class for the event-stream
+// fallback ({EventSource}; without one it stays on WebSocket).
 //
 //   const c = new WsPush("wss://push.example.com/ws", {token, getToken});
 //   c.subscribe("mailbox:42", (event) => show(event.data));   // event = {topic, id, data}
-//   c.on("state", (s) => ...);   // connecting, open, reconnecting, auth_failed, closed
+//   c.on("state", (s, transport) => ...);   // connecting, open, reconnecting, auth_failed, closed
+//                                            // over "websocket" or "sse" (c.transport)
 //   c.on("lost", (topics) => ...);   // history no longer reaches back: resynchronise
 //   c.on("subscription", ({topic, state}) => ...);   // c.topicState(topic), below
 //   c.close();
@@ -36,6 +38,21 @@
 //   "timeout" (it went to the server's Redis and the link broke before the answer: it may have
 //   been published, and a resend may publish it twice), "unavailable" (it was not published:
 //   safe to send again), or "forbidden".
+// - falls back to Server-Sent Events where WebSocket does not pass (a proxy that refuses the
+//   upgrade): with transport "auto" (the default), once its first fallbackAfter (3) WebSocket
+//   tries in a row have failed and none ever opened, it receives over EventSource from the
+//   server's event-stream path (ws://host/ws -> http://host/sse; option sseUrl), with the same
+//   API; transport "sse" uses only that, "websocket" never falls back. A stream's topics are
+//   fixed when it opens, so a subscribe, an unsubscribe, a token refresh or a retry reopens it
+//   with ?since= (the per-topic positions, in the stream's topic order; empty for a topic without
+//   one): the old stream is closed first, so nothing is missed or doubled. The token goes as
+//   ?token= (EventSource sends no headers). A stream names at most 16 topics: more take more
+//   streams. A stream that breaks or ends is reopened by the client (with its backoff, and
+//   `since`), not by EventSource. On streams it tries WebSocket again every 30-60 s (a draw from
+//   [wsRetryInterval / 2, wsRetryInterval]; right away after falling back) and moves back when
+//   one opens, resuming with `since` once the streams are closed. Over streams there is no
+//   heartbeat (EventSource hides the keepalive) and no pub; in "auto", fallbackAfter stream
+//   opens failing in a row send it back to trying WebSocket.
 
 /* global globalThis */
 
@@ -43,6 +60,10 @@ const CLOSE_NORMAL = 1000;
 const CLOSE_GOING_AWAY = 1001;
 const CLOSE_POLICY = 1008;
 const CLOSE_TRY_LATER = 1013;
+
+const FALLBACK_AFTER = 3;          // WebSocket tries failed in a row (none ever open) before streams
+const WS_RETRY_INTERVAL = 60000;   // ms: on streams, WebSocket is tried again after a draw from [1/2, 1] of it
+const SSE_MAX_TOPICS = 16;         // the server's limit of topics per event stream
 
 /// Full jitter (the "full jitter" of exponential backoff): a delay drawn uniformly from
 /// [0, min(maxDelay, baseDelay * 2^attempt)].
@@ -66,6 +87,16 @@ function tokenExpiry(token) {
   }
 }
 
+/// The event-stream URL beside a WebSocket URL: http(s) for ws(s), the last path segment "sse"
+/// (ws://host/ws -> http://host/sse, wss://host/push/ws -> https://host/push/sse).
+function sseUrlOf(wsUrl) {
+  const url = new URL(wsUrl);
+  url.protocol = url.protocol === "wss:" || url.protocol === "https:" ? "https:" : "http:";
+  url.pathname = url.pathname.replace(/[^/]*$/, "sse");
+  url.hash = "";
+  return url.toString();
+}
+
 class WsPush {
   /// url: ws:// or wss:// URL of the server's WebSocket path. Options:
   ///   token           the JWT (omit with a server run with --auth=none)
@@ -86,13 +117,35 @@ class WsPush {
   ///   retryBaseDelay, retryMaxDelay   the window a `sub` refused `unavailable` is sent again
   ///                   after, ms (default 500 and 30000): the n-th retry in a row waits a uniform
   ///                   draw from [0, min(max, base * 2^n)]
+  ///   transport       "auto" (default: WebSocket, event streams where it never opens),
+  ///                   "websocket" (never falls back) or "sse" (event streams only)
+  ///   EventSource     the EventSource class (default: the browser's; in Node, without one, no
+  ///                   fallback)
+  ///   sseUrl          the event-stream URL (default: from url, ws://host/ws -> http://host/sse)
+  ///   fallbackAfter   WebSocket tries failed in a row, none ever open, before "auto" moves to
+  ///                   event streams (default 3); as many failed stream opens move it back
+  ///   wsRetryInterval on streams ("auto"), WebSocket is tried again after a draw from
+  ///                   [wsRetryInterval / 2, wsRetryInterval] ms (default 60000)
   ///   random          () => [0, 1): for tests
   constructor(url, options = {}) {
     this._url = url;
     this._opts = options;
     this._token = options.token || null;
+    this._mode = options.transport ?? "auto";
+    if (!["auto", "websocket", "sse"].includes(this._mode)) throw new Error(`WsPush: unknown transport ${this._mode}`);
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
-    if (!this._WebSocket) throw new Error("WsPush: no WebSocket class (pass {WebSocket} in Node)");
+    this._EventSource = options.EventSource || globalThis.EventSource || null;
+    if (this._mode === "sse" && !this._EventSource) throw new Error("WsPush: no EventSource class (pass {EventSource} in Node)");
+    if (this._mode !== "sse" && !this._WebSocket) throw new Error("WsPush: no WebSocket class (pass {WebSocket} in Node)");
+    this._sseUrl = options.sseUrl || sseUrlOf(url);
+    this._fallbackAfter = options.fallbackAfter ?? FALLBACK_AFTER;
+    this._wsRetry = options.wsRetryInterval ?? WS_RETRY_INTERVAL;
+    this._transport = this._mode === "sse" ? "sse" : "websocket";
+    this._failures = 0; // tries of this transport in a row that failed before they opened
+    this._wsOpened = false; // a WebSocket of this client has opened: "auto" no longer falls back
+    this._streams = []; // the event streams in use: {es, topics, opened}
+    this._probe = null; // a WebSocket tried while on event streams
+    this._probeSoon = false; // just fell back: try WebSocket once the streams are open
     this._base = options.baseDelay ?? 1000;
     this._max = options.maxDelay ?? 30000;
     this._heartbeat = options.heartbeatTimeout ?? 45000;
@@ -100,7 +153,7 @@ class WsPush {
     this._random = options.random ?? Math.random;
     this._retryBase = options.retryBaseDelay ?? 500;
     this._retryMax = options.retryMaxDelay ?? 30000;
-    this._topics = new Map(); // topic -> {callbacks: Set, since: last id or null, state}
+    this._topics = new Map(); // topic -> {callbacks: Set, since: position or null, last: id delivered, state}
     // What this connection asked and the server has not answered yet, oldest first: the server
     // answers a connection's sub, unsub and auth each once, in order, so an answer (subbed,
     // unsubbed, authed or error) is always the head's. A sub's entry is its topic list.
@@ -109,8 +162,9 @@ class WsPush {
     this._listeners = new Map(); // event name -> Set of callbacks
     this._ws = null;
     this._state = "closed";
+    this._shownTransport = this._transport;
     this._attempt = 0;
-    this._timers = { reconnect: null, heartbeat: null, refresh: null, retry: null };
+    this._timers = { reconnect: null, heartbeat: null, refresh: null, retry: null, probe: null, reopen: null };
     this._closedByUser = false;
     this._askedForToken = false; // getToken was asked after a refusal and not yet confirmed
     this._connect();
@@ -118,6 +172,11 @@ class WsPush {
 
   get state() {
     return this._state;
+  }
+
+  /// What the client receives over (or is trying): "websocket" or "sse".
+  get transport() {
+    return this._transport;
   }
 
   /// Where the subscription to `topic` stands: "subscribing", "subscribed", "retrying",
@@ -132,7 +191,7 @@ class WsPush {
   subscribe(topic, callback) {
     let t = this._topics.get(topic);
     if (!t) {
-      t = { callbacks: new Set(), since: null, state: null };
+      t = { callbacks: new Set(), since: null, last: null, state: null };
       this._topics.set(topic, t);
       this._setTopicState(topic, "subscribing");
       this._sendSub([topic]);
@@ -146,11 +205,13 @@ class WsPush {
 
   unsubscribe(topic) {
     if (!this._topics.delete(topic)) return;
+    if (this._transport === "sse") return this._reopenSoon();
     this._send({ op: "unsub", topics: [topic] }, "unsub");
   }
 
-  /// Events: "state" (s), "lost" (topics), "error" ({code, topic}) for refused requests ({code,
-  /// topic, of: "pub"} for a pub), "subscription" ({topic, state}) when topicState(topic) changes.
+  /// Events: "state" (s, transport), "lost" (topics), "error" ({code, topic}) for refused
+  /// requests ({code, topic, of: "pub"} for a pub), "subscription" ({topic, state}) when
+  /// topicState(topic) changes.
   on(event, callback) {
     if (!this._listeners.has(event)) this._listeners.set(event, new Set());
     this._listeners.get(event).add(callback);
@@ -161,6 +222,8 @@ class WsPush {
   close() {
     this._closedByUser = true;
     this._clearTimers();
+    this._closeStreams();
+    this._stopProbe();
     if (this._ws) {
       try {
         this._ws.close(CLOSE_NORMAL);
@@ -176,6 +239,13 @@ class WsPush {
   _connect() {
     if (this._closedByUser) return;
     this._setState(this._attempt === 0 ? "connecting" : "reconnecting");
+    if (this._transport === "sse") return this._openStreams();
+    this._dial(false);
+  }
+
+  /// A WebSocket: the connection (probe false), or a try of WebSocket while on event streams
+  /// (probe true), which becomes the connection if it opens.
+  _dial(probe) {
     const url = new URL(this._url);
     url.searchParams.set("heartbeat", "1");
     if (this._token) url.searchParams.set("token", this._token);
@@ -183,10 +253,12 @@ class WsPush {
     try {
       ws = new this._WebSocket(url.toString());
     } catch {
-      this._scheduleReconnect();
-      return;
+      if (probe) return this._armProbe();
+      this._openFailed();
+      return this._scheduleReconnect();
     }
-    this._ws = ws;
+    if (probe) this._probe = ws;
+    else this._ws = ws;
     let opened = false;
     let refused = false;
     if (typeof ws.on === "function") {
@@ -198,8 +270,21 @@ class WsPush {
       ws.on("error", () => {}); // reported through close
     }
     ws.onopen = () => {
+      if (probe) {
+        if (this._probe !== ws) return;
+        // WebSocket passes again: the streams are closed before the sub below is sent, so that
+        // its `since` is where they stopped delivering.
+        this._probe = null;
+        this._clearTimers();
+        this._closeStreams();
+        this._forgetConnection();
+        this._ws = ws;
+        this._transport = "websocket";
+      }
       opened = true;
+      this._wsOpened = true;
       this._attempt = 0;
+      this._failures = 0;
       this._asked = [];
       this._retryAttempt = 0;
       this._askedForToken = false;
@@ -209,10 +294,19 @@ class WsPush {
       this._scheduleRefresh();
     };
     ws.onmessage = (msg) => {
+      if (this._ws !== ws) return;
       this._armHeartbeat();
       this._onMessage(typeof msg.data === "string" ? msg.data : String(msg.data));
     };
     ws.onclose = (ev) => {
+      if (probe && !opened) {
+        // The try failed: stay on the streams, try again later.
+        if (this._probe === ws) {
+          this._probe = null;
+          this._armProbe();
+        }
+        return;
+      }
       if (this._ws !== ws) return;
       this._ws = null;
       this._clearTimers();
@@ -228,8 +322,199 @@ class WsPush {
       // its clients to come back later, and one that closed us for what we sent: 4 s.
       const first = ev.code === CLOSE_GOING_AWAY || ev.code === CLOSE_TRY_LATER || policy ? 2 : opened ? 1 : 0;
       if (this._attempt < first) this._attempt = first;
+      if (!opened) this._openFailed();
       this._scheduleReconnect();
     };
+  }
+
+  /// A try of the current transport failed before it opened. In "auto", fallbackAfter in a row
+  /// move WebSocket to event streams (only while no WebSocket of this client has ever opened:
+  /// one that did shows that WebSocket passes, and that its server is only away) and streams
+  /// back to WebSocket (the server may be down, or serve no streams).
+  _openFailed() {
+    this._failures += 1;
+    if (this._mode !== "auto" || this._failures < this._fallbackAfter) return;
+    if (this._transport === "websocket" && (this._wsOpened || !this._EventSource)) return;
+    this._failures = 0;
+    this._transport = this._transport === "websocket" ? "sse" : "websocket";
+    this._probeSoon = this._transport === "sse";
+  }
+
+  // ---- event streams ------------------------------------------------------------------------
+
+  /// Opens the streams of every topic but those refused (SSE_MAX_TOPICS a stream), each from
+  /// the topics' positions. With no topic there is nothing to open: the client is open once this
+  /// turn is over (as a connection would be later), unless a subscribe came meanwhile.
+  _openStreams() {
+    this._closeStreams();
+    clearTimeout(this._timers.reopen); // a reopen asked for meanwhile is this one
+    this._timers.reopen = null;
+    const topics = this._streamTopics();
+    if (!topics.length) {
+      this._timers.reopen = setTimeout(() => {
+        this._timers.reopen = null;
+        if (this._streamTopics().length) this._openStreams();
+        else this._streamsOpen();
+      }, 0);
+      return;
+    }
+    for (let i = 0; i < topics.length; i += SSE_MAX_TOPICS) {
+      if (!this._openStream(topics.slice(i, i + SSE_MAX_TOPICS))) return;
+    }
+  }
+
+  _streamTopics() {
+    const topics = [];
+    for (const [topic, t] of this._topics) if (t.state !== "refused") topics.push(topic);
+    return topics;
+  }
+
+  /// One stream: `?topics=a,b&since=p,q&token=T`, each topic and position percent-encoded on
+  /// its own, joined by plain commas.
+  _openStream(topics) {
+    const since = topics.map((topic) => this._topics.get(topic).since || "");
+    let query = "topics=" + topics.map(encodeURIComponent).join(",");
+    if (since.some((p) => p)) query += "&since=" + since.map(encodeURIComponent).join(",");
+    if (this._token) query += "&token=" + encodeURIComponent(this._token);
+    const url = this._sseUrl + (this._sseUrl.includes("?") ? "&" : "?") + query;
+    let es;
+    try {
+      es = new this._EventSource(url);
+    } catch {
+      this._streamLost(null);
+      return false;
+    }
+    const s = { es, topics, opened: false };
+    this._streams.push(s);
+    const live = () => this._streams.includes(s);
+    es.addEventListener("open", () => {
+      if (!live()) return;
+      s.opened = true;
+      if (this._streams.every((x) => x.opened)) this._streamsOpen();
+    });
+    for (const type of ["message", "subbed", "lost"]) {
+      es.addEventListener(type, (e) => {
+        if (live()) this._onStreamMessage(s, e.data);
+      });
+    }
+    es.addEventListener("error", (e) => {
+      if (!live()) return;
+      if (typeof e.data === "string") return this._onStreamMessage(s, e.data); // the server's `error`
+      this._streamLost(s); // refused, broken or ended: EventSource would reconnect by itself
+    });
+    return true;
+  }
+
+  /// Every stream has opened (its 200): the client is open; on "auto", WebSocket is tried again.
+  _streamsOpen() {
+    this._attempt = 0;
+    this._failures = 0;
+    this._retryAttempt = 0;
+    this._askedForToken = false;
+    this._setState("open");
+    this._scheduleRefresh();
+    if (!this._timers.probe && !this._probe) this._armProbe(this._probeSoon ? 0 : undefined);
+    this._probeSoon = false;
+  }
+
+  _onStreamMessage(s, text) {
+    let m;
+    try {
+      m = JSON.parse(text);
+    } catch {
+      return;
+    }
+    if (m.topic !== undefined && m.id !== undefined && !m.op) return this._onEvent(m);
+    switch (m.op) {
+      case "subbed":
+        return this._onSubbed(m, s.topics);
+      case "lost":
+        if (m.topics && m.topics.length) this._emit("lost", m.topics);
+        return;
+      case "error": {
+        // The stream's sub was refused, and the server ends the stream: close it here (or
+        // EventSource would reopen it), and retry `unavailable` later as over WebSocket.
+        this._dropStream(s);
+        this._answered(s.topics, m.code === "unavailable" ? "retrying" : "refused");
+        return this._emit("error", { code: m.code, topic: m.topic });
+      }
+      default:
+        return;
+    }
+  }
+
+  /// A stream failed to open, broke or ended (s null: the EventSource could not be made): every
+  /// stream is closed and opened again after the backoff, each topic from its position.
+  _streamLost(s) {
+    const opened = !!s && s.opened;
+    const wasOpen = this._state === "open"; // a reopen's stream that fails is a lost connection too
+    this._closeStreams();
+    this._stopProbe(); // the reconnect below tries what comes next
+    this._clearTimers();
+    this._forgetConnection();
+    if (this._closedByUser) return this._setState("closed");
+    const expired = this._token && tokenExpiry(this._token) && tokenExpiry(this._token) * 1000 <= Date.now();
+    if (expired) return this._renewThenReconnect();
+    if (wasOpen && this._attempt < 1) this._attempt = 1; // like a lost connection: a 2 s window first
+    if (!opened) this._openFailed();
+    this._scheduleReconnect();
+  }
+
+  /// The topics changed, or a token or a retry is due: the streams in use (open or opening) are
+  /// reopened once this turn is over, so that several changes make one reopen.
+  _reopenSoon() {
+    if (this._transport !== "sse" || this._timers.reopen) return;
+    if (!this._streams.length && this._state !== "open") return; // the next open names every topic
+    this._timers.reopen = setTimeout(() => {
+      this._timers.reopen = null;
+      this._openStreams();
+    }, 0);
+  }
+
+  _dropStream(s) {
+    this._streams = this._streams.filter((x) => x !== s);
+    try {
+      s.es.close();
+    } catch {
+      // already closed
+    }
+  }
+
+  _closeStreams() {
+    const streams = this._streams;
+    this._streams = [];
+    for (const s of streams) {
+      try {
+        s.es.close();
+      } catch {
+        // already closed
+      }
+    }
+  }
+
+  _stopProbe() {
+    const ws = this._probe;
+    this._probe = null;
+    if (!ws) return;
+    try {
+      ws.close(CLOSE_NORMAL);
+    } catch {
+      // still connecting
+    }
+    ws.terminate?.();
+  }
+
+  /// On streams with transport "auto": a WebSocket is tried after `delay` (default a draw from
+  /// [wsRetryInterval / 2, wsRetryInterval]).
+  _armProbe(delay) {
+    clearTimeout(this._timers.probe);
+    this._timers.probe = null;
+    if (this._mode !== "auto" || this._transport !== "sse" || this._closedByUser || !this._WebSocket) return;
+    const wait = delay ?? Math.floor(this._wsRetry * (0.5 + 0.5 * this._random()));
+    this._timers.probe = setTimeout(() => {
+      this._timers.probe = null;
+      if (this._transport === "sse" && !this._probe && !this._closedByUser) this._dial(true);
+    }, wait);
   }
 
   /// The token was refused (1008, 401) or has expired: ask for a fresh one once. Without one,
@@ -296,7 +581,14 @@ class WsPush {
       } catch {
         fresh = null;
       }
-      if (fresh && this._ws && this._state === "open") this._send({ op: "auth", token: fresh }, "auth", fresh);
+      if (!fresh || this._state !== "open") return;
+      if (this._ws) return this._send({ op: "auth", token: fresh }, "auth", fresh);
+      // A stream cannot be told a token: it is reopened with the fresh one, from its positions.
+      if (this._transport === "sse") {
+        this._token = fresh;
+        this._closeStreams();
+        this._openStreams();
+      }
     }, Math.min(at, 2 ** 31 - 1));
   }
 
@@ -305,7 +597,9 @@ class WsPush {
   }
 
   /// Subscribes `topics`, each from its `since` if it has one; one message may carry 32 topics.
+  /// On event streams: reopens them (their topics are fixed when they open).
   _sendSub(topics) {
+    if (this._transport === "sse") return this._reopenSoon();
     for (let i = 0; i < topics.length; i += 32) {
       const chunk = topics.slice(i, i + 32);
       const s = {};
@@ -368,21 +662,8 @@ class WsPush {
     switch (m.op) {
       case "ping":
         return this._send({ op: "pong" });
-      case "subbed": {
-        const asked = this._asked.shift();
-        // Each topic new to the connection comes with its position: a resume before its first
-        // event starts there, so that what was published while the connection was away is not
-        // missed; a topic found lost starts again from there too (it was told once), and the
-        // events replayed behind this answer move it on.
-        const lost = new Set(m.lost || []);
-        for (const [topic, at] of Object.entries(m.at || {})) {
-          const t = this._topics.get(topic);
-          if (t && (!t.since || lost.has(topic))) t.since = at;
-        }
-        if (Array.isArray(asked)) this._answered(asked, "subscribed");
-        if (m.lost && m.lost.length) this._emit("lost", m.lost);
-        return;
-      }
+      case "subbed":
+        return this._onSubbed(m, this._asked.shift());
       case "lost": // the server could not catch these topics up after an outage of its bus
         if (m.topics && m.topics.length) this._emit("lost", m.topics);
         return;
@@ -409,10 +690,29 @@ class WsPush {
     }
   }
 
+  /// `subbed` answering the sub of `asked` (its topic list; on a stream, the stream's topics).
+  _onSubbed(m, asked) {
+    // Each topic new to the connection comes with its position: a resume before its first
+    // event starts there, so that what was published while the connection was away is not
+    // missed; a topic found lost starts again from there too (it was told once), and the
+    // events replayed behind this answer move it on.
+    const lost = new Set(m.lost || []);
+    for (const [topic, at] of Object.entries(m.at || {})) {
+      const t = this._topics.get(topic);
+      if (t && (!t.since || lost.has(topic))) t.since = at;
+    }
+    if (Array.isArray(asked)) this._answered(asked, "subscribed");
+    if (m.lost && m.lost.length) this._emit("lost", m.lost);
+  }
+
   _onEvent(event) {
     const t = this._topics.get(event.topic);
     if (!t) return;
+    // `since` is what keeps a resume from doubling events; the id delivered last is dropped
+    // here too, should a seam between two connections or streams bring it again.
+    if (event.id === t.last) return;
     t.since = event.id;
+    t.last = event.id;
     for (const cb of t.callbacks) {
       try {
         cb(event);
@@ -424,10 +724,12 @@ class WsPush {
     }
   }
 
+  /// A state, or the same one over another transport, is told: ("state", state, transport).
   _setState(state) {
-    if (this._state === state) return;
+    if (this._state === state && this._shownTransport === this._transport) return;
     this._state = state;
-    this._emit("state", state);
+    this._shownTransport = this._transport;
+    this._emit("state", state, this._transport);
   }
 
   _setTopicState(topic, state) {
@@ -437,8 +739,8 @@ class WsPush {
     this._emit("subscription", { topic, state });
   }
 
-  _emit(event, value) {
-    for (const cb of this._listeners.get(event) || []) cb(value);
+  _emit(event, value, more) {
+    for (const cb of this._listeners.get(event) || []) cb(value, more);
   }
 
   _clearTimers() {

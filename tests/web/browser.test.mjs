@@ -8,13 +8,18 @@
 // (certificate errors are ignored in that browser context only): its client connects over wss://
 // and a publish arrives. Then the classic script /wspush.js in a page: window.WsPush, its backoff
 // through a server restart (and topicState through it), its heartbeat leaving a server that hangs, and its in-band token
-// refresh, each against the real server.
+// refresh, each against the real server. Then the event-stream fallback: behind nginx (the shipped
+// deploy/nginx/wspush.conf) made to refuse WebSocket upgrades, the client moves to EventSource
+// after three refused tries and receives every event once through reopened streams; and with
+// transport "sse", a stream cut by a TCP gate is resumed from every topic's last id.
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/browser.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inflateSync } from 'node:zlib';
@@ -101,12 +106,20 @@ async function until(cond, what, seconds = 10) {
 
 /** Runs in the page before its client is made: numbers the page's WebSocket connections
  * (window.__dials), keeps what each received and sent (window.__frames, window.__sent), and
- * which one opened last (window.__opened). */
+ * which one opened last (window.__opened); keeps the URL of every EventSource (window.__streams). */
 function instrument() {
   window.__dials = 0;
   window.__opened = 0;
   window.__frames = [];
   window.__sent = [];
+  window.__streams = [];
+  const NativeStream = window.EventSource;
+  window.EventSource = class extends NativeStream {
+    constructor(url, ...rest) {
+      super(url, ...rest);
+      window.__streams.push(String(url));
+    }
+  };
   const Native = window.WebSocket;
   window.WebSocket = class extends Native {
     constructor(...args) {
@@ -240,10 +253,13 @@ test('the page over https:// and its client over wss://', async () => {
   }
 });
 
-/** A page that has run the classic /wspush.js of the server on `port` (window.WsPush), instrumented. */
-async function classicPage(port) {
+/** A page that has run the classic /wspush.js of the server on `port` (window.WsPush), instrumented.
+ * `sameOrigin`: the page is on http://127.0.0.1:port (an EventSource needs that: the server sends
+ * no CORS headers), else on about:blank. */
+async function classicPage(port, sameOrigin = false) {
   const context = await (await browser()).newContext();
   const page = await context.newPage();
+  if (sameOrigin) await page.goto(`http://127.0.0.1:${port}/wspush.js`);
   await page.setContent('<!doctype html><title>wspush classic script</title>');
   await page.evaluate(instrument);
   await page.addScriptTag({ url: `http://127.0.0.1:${port}/wspush.js` });
@@ -263,8 +279,13 @@ function makeClient(page, name, url, options = {}) {
     const c = new window.WsPush(u, o);
     window[n] = c;
     window[`${n}States`] = [c.state];
-    c.on('state', (s) => window[`${n}States`].push(s));
+    window[`${n}Transports`] = [`${c.state}/${c.transport}`];
+    c.on('state', (s, transport) => {
+      window[`${n}States`].push(s);
+      window[`${n}Transports`].push(`${s}/${transport}`);
+    });
     window[`${n}Events`] = [];
+    window[`${n}All`] = [];
   }, [name, url, options]);
 }
 
@@ -274,6 +295,74 @@ function waitState(page, name, state, seconds = 10) {
 
 function subscribe(page, name, topic) {
   return page.evaluate(([n, t]) => { window[n].subscribe(t, (e) => window[`${n}Events`].push(e.data)); }, [name, topic]);
+}
+
+/** Subscribes `topics`, every event ({topic, id, data}) kept in window[name + 'All']. */
+function subscribeAll(page, name, topics) {
+  return page.evaluate(([n, ts]) => {
+    for (const t of ts) window[n].subscribe(t, (e) => window[`${n}All`].push(e));
+  }, [name, topics]);
+}
+
+/** Each topic's events (data.n) in arrival order: a gap or a double shows as a list that is not 1..n. */
+async function byTopic(page, name) {
+  const out = {};
+  for (const e of await page.evaluate((n) => window[`${n}All`], name)) (out[e.topic] ??= []).push(e.data.n);
+  return out;
+}
+const upTo = (n) => Array.from({ length: n }, (_, k) => k + 1);
+
+/** nginx running `conf` (an http-level config) from a throwaway prefix made by
+ * tests/integration/wsp_nginx.py, as one process (master_process off) killed by PID in stop();
+ * resolves once it listens on `port`. */
+async function startNginx(conf, port) {
+  const helper = new URL('../integration/', import.meta.url).pathname;
+  const made = spawnSync('python3', ['-c', 'import sys; sys.path.insert(0, sys.argv[1]); '
+    + 'from wsp_nginx import nginx_prefix; print(nginx_prefix(sys.stdin.read()))', helper], { input: conf, encoding: 'utf8' });
+  assert.equal(made.status, 0, made.stderr);
+  const dir = made.stdout.trim();
+  const args = ['-p', dir, '-e', `${dir}/error.log`, '-c', `${dir}/nginx.conf`, '-g', 'master_process off;'];
+  const checked = spawnSync('nginx', ['-t', '-q', ...args], { encoding: 'utf8' });
+  assert.equal(checked.status, 0, `nginx -t: ${checked.stderr}`);
+  const wrap = existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--'] : [];
+  const [cmd, ...rest] = [...wrap, 'nginx', ...args];
+  const proc = spawn(cmd, rest, { stdio: 'ignore' });
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) process.kill(proc.pid, 'SIGKILL');
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const listening = () => new Promise((resolve) => {
+    const s = tcpConnect(port, '127.0.0.1');
+    s.on('connect', () => { s.destroy(); resolve(true); });
+    s.on('error', () => resolve(false));
+  });
+  try {
+    await until(listening, `nginx to listen on ${port}`);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { stop, log: () => readFileSync(`${dir}/error.log`, 'utf8') };
+}
+
+/** The shipped deploy/nginx/wspush.conf on 127.0.0.1:`port` in front of one node, with its
+ * WebSocket location made to answer an upgrade 403 (as some proxies do): only the event-stream
+ * location and plain requests pass. */
+function refusingUpgrades(port, nodePort) {
+  let conf = readFileSync(new URL('../../deploy/nginx/wspush.conf', import.meta.url), 'utf8');
+  const swap = (re, to, what) => {
+    const next = conf.replace(re, to);
+    assert.notEqual(next, conf, `the shipped nginx config has no ${what}: update this test`);
+    conf = next;
+  };
+  swap(/^    listen 80;$/m, `    listen 127.0.0.1:${port};`, 'listen 80');
+  swap(/^    server 127\.0\.0\.1:\d+ .*\n/gm, '', 'upstream servers');
+  swap(/^    least_conn;$/m, `    least_conn;\n    server 127.0.0.1:${nodePort};`, 'least_conn');
+  swap(/^    location \/ \{$/m, '    location / {\n        if ($http_upgrade) { return 403; }', 'location /');
+  assert.match(conf, /location = \/sse \{[^}]*proxy_buffering off;/, 'the shipped config has no event-stream location');
+  return conf;
 }
 
 test('the classic /wspush.js in Chromium: window.WsPush; its backoff rides out a server restart', async () => {
@@ -376,6 +465,96 @@ test('the classic /wspush.js in Chromium: the token is refreshed in-band and the
     assert.equal(await page.evaluate(() => window.__dials), 2);
   } finally {
     await context.close();
+  }
+});
+
+test('behind a proxy that refuses WebSocket upgrades: event streams after three tries, 50 events over two topics once each', async () => {
+  const server = await start(0);
+  const port = await reservePort();
+  const proxy = await startNginx(refusingUpgrades(port, server.port), port);
+  const { context, page } = await classicPage(port, true);  // the page comes through the proxy too
+  try {
+    const wait = { timeout: scaled(15) * 1000 };
+    await makeClient(page, 'c', `ws://127.0.0.1:${port}/ws`, { baseDelay: 50, maxDelay: 200 });
+    await subscribeAll(page, 'c', ['mailbox:21', 'team:22']);
+    await page.waitForFunction(() => window.c.transport === 'sse' && window.c.topicState('mailbox:21') === 'subscribed'
+      && window.c.topicState('team:22') === 'subscribed', null, wait);
+    assert.deepEqual(await page.evaluate(() => window.cTransports),
+      ['connecting/websocket', 'reconnecting/websocket', 'reconnecting/sse', 'open/sse']);
+    assert.ok(await page.evaluate(() => window.__dials) >= 3);
+    assert.equal(await page.evaluate(() => window.__opened), 0, 'a WebSocket opened through the proxy');
+    assert.match((await page.evaluate(() => window.__streams))[0],
+      new RegExp(`^http://127\\.0\\.0\\.1:${port}/sse\\?topics=mailbox%3A21,team%3A22$`));
+    // 25 events to each topic; meanwhile a third topic comes and goes four times, and each time
+    // the stream is reopened from the positions the client holds.
+    for (let n = 1; n <= 25; n++) {
+      if (n % 5 === 1) await page.evaluate(() => window.c.subscribe('other:23', () => {}));
+      if (n % 5 === 3) await page.evaluate(() => window.c.unsubscribe('other:23'));
+      await publish(server, 'mailbox:21', { n });
+      await publish(server, 'team:22', { n });
+    }
+    await page.waitForFunction(() => window.cAll.length >= 50, null, wait);
+    // A last event each: anything doubled would have come before it.
+    await publish(server, 'mailbox:21', { n: 26 });
+    await publish(server, 'team:22', { n: 26 });
+    await page.waitForFunction(() => window.cAll.length >= 52, null, wait);
+    assert.deepEqual(await byTopic(page, 'c'), { 'mailbox:21': upTo(26), 'team:22': upTo(26) });
+    const streams = await page.evaluate(() => window.__streams);
+    assert.ok(streams.length >= 11, `${streams.length} streams: the reopens did not happen`);
+    for (const url of streams.slice(1)) {
+      const since = new URL(url).searchParams.get('since');
+      assert.ok(since && since.split(',')[0], `a reopened stream without mailbox:21's position: ${url}`);
+    }
+    assert.equal(await page.evaluate(() => window.c.transport), 'sse');
+    assert.equal(await page.evaluate(() => window.c.state), 'open');
+    // Each stream was closed when the next one opened: one is left.
+    await until(async () => (await metric(server, 'wspush_event_streams')) === 1, 'the server to hold one stream');
+  } finally {
+    await context.close();
+    await proxy.stop();
+  }
+});
+
+test('transport "sse" in Chromium: a stream cut (the link held down) is resumed from every topic\'s last id, no gap, no double', async () => {
+  const port = await reservePort();
+  const server = await start(port);
+  const gate = await new TcpGate(port).open();
+  const { context, page } = await classicPage(gate.port, true);
+  try {
+    const wait = { timeout: scaled(10) * 1000 };
+    await makeClient(page, 'c', `ws://127.0.0.1:${gate.port}/ws`, { transport: 'sse', baseDelay: 100, maxDelay: 400 });
+    await subscribeAll(page, 'c', ['mailbox:24', 'team:25']);
+    await page.waitForFunction(() => window.c.topicState('mailbox:24') === 'subscribed'
+      && window.c.topicState('team:25') === 'subscribed', null, wait);
+    // Five to one topic, two to the other: their last ids differ, so positions given to the
+    // wrong topic would show.
+    for (let n = 1; n <= 5; n++) await publish(server, 'mailbox:24', { n });
+    for (let n = 1; n <= 2; n++) await publish(server, 'team:25', { n });
+    await page.waitForFunction(() => window.cAll.length >= 7, null, wait);
+    const last = (topic) => page.evaluate((t) => window.cAll.filter((e) => e.topic === t).at(-1).id, topic);
+    const since = `${await last('mailbox:24')},${await last('team:25')}`;
+    // The link drops and stays down while more are published: they can come only by replay.
+    await gate.shut();
+    await until(async () => (await metric(server, 'wspush_subscriptions')) === 0, 'the server to drop the stream');
+    await waitState(page, 'c', 'reconnecting');
+    for (let n = 6; n <= 10; n++) await publish(server, 'mailbox:24', { n });
+    for (let n = 3; n <= 7; n++) await publish(server, 'team:25', { n });
+    assert.equal(await page.evaluate(() => window.cAll.length), 7, 'an event arrived while the link was down');
+    await gate.open();
+    await page.waitForFunction(() => window.cAll.length >= 17, null, wait);
+    await publish(server, 'mailbox:24', { n: 11 });
+    await publish(server, 'team:25', { n: 8 });
+    await page.waitForFunction(() => window.cAll.length >= 19, null, wait);
+    assert.deepEqual(await byTopic(page, 'c'), { 'mailbox:24': upTo(11), 'team:25': upTo(8) });
+    // The stream that came back named the topics in their order, each from its last event.
+    const back = new URL((await page.evaluate(() => window.__streams)).at(-1)).searchParams;
+    assert.equal(back.get('topics'), 'mailbox:24,team:25');
+    assert.equal(back.get('since'), since);
+    assert.deepEqual(await page.evaluate(() => window.cTransports), ['connecting/sse', 'open/sse', 'reconnecting/sse', 'open/sse']);
+    assert.equal(await page.evaluate(() => window.__dials), 0, 'a WebSocket was tried');
+  } finally {
+    await context.close();
+    await gate.shut();
   }
 });
 

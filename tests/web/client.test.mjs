@@ -3,7 +3,10 @@
 // the link is held down), lost, a refused token, the in-band refresh, dead-connection detection
 // through the heartbeat, a sub refused `unavailable` while Redis is away sent again until Redis is
 // back, the server's "lost" after Redis came back empty, a pub's error answering no sub, and the module the server serves being this very source (the classic
-// /wspush.js runs in Chromium: browser.test.mjs). Node's test runner (node:test), run as a script:
+// /wspush.js runs in Chromium: browser.test.mjs). The event-stream fallback with a small
+// EventSource made here on node:http (Node has none): after three refused upgrades, a stream
+// reopened with `since` at each subscribe and unsubscribe, a stream cut and resumed, WebSocket
+// taken back once it opens, and the token refreshed by reopening. Node's test runner (node:test), run as a script:
 //   WSPUSH_SERVER=build/server/wspush WSPUSH_IO=epoll node tests/web/client.test.mjs
 // Exit 0 pass, 1 fail, 77 when io_uring was asked for and is not available.
 import { test } from 'node:test';
@@ -11,6 +14,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import http from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -206,6 +210,111 @@ function client(url, options = {}) {
   clients.push(c);
   return c;
 }
+
+/** An EventSource for Node on node:http: the WHATWG stream format (data, event and id fields,
+ * comments, CR/LF/CRLF line ends), "open" on a 200 of text/event-stream, a MessageEvent per event,
+ * and "error" when the response is refused (readyState CLOSED), breaks or ends (CONNECTING).
+ * Unlike a browser's it does not reconnect by itself: the client closes a stream that fails and
+ * opens another (with `since`), so that is all a test sees. Each one is kept in `eventStreams`
+ * with its URL, whether it opened, and the events it dispatched. */
+const eventStreams = [];
+class NodeEventSource extends EventTarget {
+  static CONNECTING = 0;
+  static OPEN = 1;
+  static CLOSED = 2;
+
+  constructor(url) {
+    super();
+    this.url = url;
+    this.readyState = NodeEventSource.CONNECTING;
+    this.opened = false;
+    this.dialsBefore = dials;  // WebSocket tries made before this stream
+    this.events = [];  // {type, data, id}
+    this.done = false;
+    eventStreams.push(this);
+    this.req = http.get(url, { headers: { Accept: 'text/event-stream' } }, (res) => {
+      this.status = res.statusCode;
+      if (res.statusCode !== 200 || !/^text\/event-stream/.test(res.headers['content-type'] || '')) {
+        res.resume();
+        return this.fail(NodeEventSource.CLOSED);
+      }
+      this.readyState = NodeEventSource.OPEN;
+      this.opened = true;
+      this.dispatchEvent(new Event('open'));
+      notify();
+      res.setEncoding('utf8');
+      let buf = '';
+      let type = '';
+      let data = [];
+      let lastId = '';
+      res.on('data', (chunk) => {
+        buf += chunk;
+        for (let m; (m = /\r\n|\r(?=[^\n])|\n/.exec(buf));) {
+          const line = buf.slice(0, m.index);
+          buf = buf.slice(m.index + m[0].length);
+          if (line === '') {  // the event ends
+            if (data.length && !this.done) {
+              const e = { type: type || 'message', data: data.join('\n'), id: lastId };
+              this.events.push(e);
+              this.dispatchEvent(new MessageEvent(e.type, { data: e.data, lastEventId: lastId }));
+              notify();
+            }
+            type = '';
+            data = [];
+            continue;
+          }
+          if (line.startsWith(':')) continue;  // a comment: the keepalive
+          const colon = line.indexOf(':');
+          const field = colon < 0 ? line : line.slice(0, colon);
+          const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+          if (field === 'data') data.push(value);
+          else if (field === 'event') type = value;
+          else if (field === 'id' && !value.includes('\0')) lastId = value;
+        }
+      });
+      res.on('close', () => this.fail(NodeEventSource.CONNECTING));
+    });
+    this.req.on('error', () => this.fail(NodeEventSource.CONNECTING));
+  }
+
+  fail(state) {
+    if (this.done) return;
+    this.done = true;
+    this.readyState = state;
+    this.dispatchEvent(new Event('error'));
+    notify();
+  }
+
+  close() {
+    this.done = true;
+    this.readyState = NodeEventSource.CLOSED;
+    this.req.destroy();
+  }
+
+  /** The stream's query: topics, since (each as the client wrote it, decoded) and token. */
+  get query() {
+    const q = new URL(this.url).searchParams;
+    return { topics: q.get('topics')?.split(','), since: q.get('since'), token: q.get('token') };
+  }
+}
+
+/** Every state a client takes with its transport ("open/sse"), from its first. */
+function transports(client) {
+  const seen = [`${client.state}/${client.transport}`];
+  client.on('state', (s, transport) => {
+    seen.push(`${s}/${transport}`);
+    notify();
+  });
+  return seen;
+}
+
+/** Each topic's events as data in arrival order: a gap or a double shows as a list that is not 1..n. */
+function byTopic(events) {
+  const out = {};
+  for (const e of events) (out[e.topic] ??= []).push(e.data.n);
+  return out;
+}
+const upTo = (n) => Array.from({ length: n }, (_, k) => k + 1);
 
 /** The server's `subbed` reply naming `topic` on the client's current connection: the sub is in force. */
 function subbed(c, topic) {
@@ -588,6 +697,218 @@ test('a server that goes silent is detected by the heartbeat and left; the clien
   await until(() => c.state === 'open', 'the client back', 20);
   assert.notEqual(c._ws, first);
   assert.deepEqual(seen, ['connecting', 'open', 'reconnecting', 'open']);
+  c.close();
+});
+
+test('without an EventSource (Node) "auto" stays on WebSocket and "sse" is refused; the stream URL beside the WebSocket one', async () => {
+  const ws = (url, options) => new WsPush(url, { WebSocket: Recording, ...options });
+  assert.throws(() => ws('ws://127.0.0.1:1/ws', { transport: 'sse' }), /EventSource/);
+  assert.throws(() => ws('ws://127.0.0.1:1/ws', { transport: 'carrier pigeon' }), /transport/);
+  const port = await reservePort();  // never bound: every try is refused
+  const c = client(`ws://127.0.0.1:${port}/ws`, { baseDelay: 5, maxDelay: 20 });
+  const seen = transports(c);
+  const before = dials;
+  await until(() => dials >= before + 8, 'eight tries');
+  assert.equal(c.transport, 'websocket');
+  assert.ok(seen.every((s) => s.endsWith('/websocket')), `states ${seen}`);
+  c.close();
+  const at = (url, options = {}) => {
+    const x = ws(url, { transport: 'websocket', ...options });
+    x.close();
+    return x._sseUrl;
+  };
+  assert.equal(at('ws://h:1/ws'), 'http://h:1/sse');
+  assert.equal(at('wss://push.example.com/ws'), 'https://push.example.com/sse');
+  assert.equal(at('wss://h/push/ws'), 'https://h/push/sse');
+  assert.equal(at('ws://h/ws', { sseUrl: 'http://elsewhere/events' }), 'http://elsewhere/events');
+});
+
+test('WebSocket refused three times: event streams; each subscribe and unsubscribe reopens with since; 50 events once each', async () => {
+  const server = await start();
+  // An upgrade to a path that is not the server's WebSocket path is answered 404, as by a proxy
+  // that refuses WebSocket; the stream URL (.../sse) is the server's.
+  const c = client(`ws://127.0.0.1:${server.port}/refused`, {
+    EventSource: NodeEventSource, baseDelay: 5, maxDelay: 20, wsRetryInterval: 3600e3,
+  });
+  const seen = transports(c);
+  const dialed = dials - 1;  // the first try was made by the constructor
+  const first = eventStreams.length;
+  const got = [];
+  const take = (e) => {
+    got.push(e);
+    notify();
+  };
+  c.subscribe('mailbox:31', take);
+  await until(() => c.state === 'open' && c.transport === 'sse', 'the client open on streams');
+  assert.deepEqual(seen, ['connecting/websocket', 'reconnecting/websocket', 'reconnecting/sse', 'open/sse']);
+  await until(() => c.topicState('mailbox:31') === 'subscribed', 'mailbox:31 subscribed');
+  const streams = () => eventStreams.slice(first);
+  assert.equal(streams()[0].dialsBefore - dialed, 3, 'not three WebSocket tries before the first stream');
+  assert.deepEqual(streams().at(-1).query, { topics: ['mailbox:31'], since: null, token: null });
+  assert.match(streams().at(-1).url, /^http:\/\/127\.0\.0\.1:\d+\/sse\?topics=mailbox%3A31$/);
+  for (let n = 1; n <= 5; n++) await publish(server, 'mailbox:31', { n });
+  await until(() => got.length >= 5, 'five events');
+  // A second topic: the stream is reopened with both, the first from the last event delivered,
+  // the second with an empty position (it has none).
+  c.subscribe('team:32', take);
+  await until(() => c.topicState('team:32') === 'subscribed', 'team:32 subscribed');
+  const two = streams().at(-1);
+  assert.deepEqual(two.query, { topics: ['mailbox:31', 'team:32'], since: `${got[4].id},`, token: null });
+  assert.equal(two.events[0].type, 'subbed');
+  assert.equal(streams().filter((s) => !s.done).length, 1, 'more than one stream open');
+  // Published while the stream is reopened again and again (a third topic comes and goes):
+  // what falls between two streams comes by replay from since.
+  for (let n = 6; n <= 30; n++) {
+    if (n % 5 === 1) c.subscribe('other:33', () => {});
+    if (n % 5 === 3) c.unsubscribe('other:33');
+    await publish(server, 'mailbox:31', { n });
+    await publish(server, 'team:32', { n: n - 5 });
+  }
+  await until(() => got.length >= 55, `55 events (${got.length} came)`);
+  assert.ok(streams().length >= 10, `only ${streams().length} streams: the reopens did not happen`);
+  // The last of them names what is subscribed now, in the order subscribed, from where each was.
+  await until(() => streams().at(-1).opened && c.topicState('team:32') === 'subscribed', 'the last stream');
+  assert.deepEqual(streams().at(-1).query.topics, ['mailbox:31', 'team:32']);
+  // A last event each: anything doubled would have come before it.
+  await publish(server, 'mailbox:31', { n: 31 });
+  await publish(server, 'team:32', { n: 26 });
+  await until(() => got.length >= 57, '57 events');
+  assert.deepEqual(byTopic(got), { 'mailbox:31': upTo(31), 'team:32': upTo(26) });
+  assert.equal(c.transport, 'sse');
+  assert.equal(seen.at(-1), 'open/sse');
+  // Once the streams were open WebSocket was tried once more (refused), then not for an hour.
+  assert.equal(dials - dialed, 4);
+  c.close();
+});
+
+test('transport "sse": a stream cut (the link held down) is reopened from every topic\'s last id: no gap, no double', async () => {
+  const server = await start();
+  const gate = await new TcpGate(server.port).open();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, { transport: 'sse', EventSource: NodeEventSource, baseDelay: 20, maxDelay: 200 });
+  const seen = transports(c);
+  const first = eventStreams.length;
+  const dialed = dials;
+  const got = [];
+  for (const topic of ['mailbox:41', 'team:42']) {
+    c.subscribe(topic, (e) => {
+      got.push(e);
+      notify();
+    });
+  }
+  await until(() => c.topicState('mailbox:41') === 'subscribed' && c.topicState('team:42') === 'subscribed', 'both subscribed');
+  // Four to one topic, two to the other: their last ids differ, so positions given to the wrong
+  // topic would show.
+  for (let n = 1; n <= 4; n++) await publish(server, 'mailbox:41', { n });
+  for (let n = 1; n <= 2; n++) await publish(server, 'team:42', { n });
+  await until(() => got.length >= 6, 'six events');
+  const last = (topic) => got.filter((e) => e.topic === topic).at(-1).id;
+  const since = `${last('mailbox:41')},${last('team:42')}`;
+  await cutOff(gate, server);
+  await until(() => c.state === 'reconnecting', 'the client to see the cut');
+  for (let n = 5; n <= 7; n++) await publish(server, 'mailbox:41', { n });
+  for (let n = 3; n <= 5; n++) await publish(server, 'team:42', { n });
+  assert.equal(got.length, 6, 'an event arrived while the link was down');
+  await gate.open();
+  await until(() => got.length >= 12, `twelve events (${got.length} came)`);
+  await publish(server, 'mailbox:41', { n: 8 });
+  await until(() => got.length >= 13, 'the thirteenth');
+  assert.deepEqual(byTopic(got), { 'mailbox:41': upTo(8), 'team:42': upTo(5) });
+  // The stream that came back asked for what came after each topic's last event, in its order.
+  const back = eventStreams.slice(first).filter((s) => s.opened).at(-1);
+  assert.deepEqual(back.query, { topics: ['mailbox:41', 'team:42'], since, token: null });
+  assert.deepEqual(seen, ['connecting/sse', 'open/sse', 'reconnecting/sse', 'open/sse']);
+  assert.equal(dials, dialed, 'a WebSocket was tried');
+  c.close();
+  await gate.shut();
+});
+
+test('"auto" on event streams tries WebSocket again and moves back when it opens: resumed with since, nothing lost or doubled', async () => {
+  const server = await start();
+  const gate = await new TcpGate(server.port).open();  // WebSocket's way: held down at first
+  await gate.shut();
+  const c = client(`ws://127.0.0.1:${gate.port}/ws`, {
+    EventSource: NodeEventSource, sseUrl: `http://127.0.0.1:${server.port}/sse`, baseDelay: 5, maxDelay: 20,
+    wsRetryInterval: 400,
+  });
+  const seen = transports(c);
+  const first = eventStreams.length;
+  const got = [];
+  for (const topic of ['mailbox:51', 'team:52']) {
+    c.subscribe(topic, (e) => {
+      got.push(e);
+      notify();
+    });
+  }
+  await until(() => c.transport === 'sse' && c.topicState('team:52') === 'subscribed', 'subscribed over a stream');
+  const tried = dials;
+  await until(() => dials >= tried + 2, 'WebSocket tried again twice');  // every 200-400 ms
+  assert.equal(c.transport, 'sse');
+  let n = 0;
+  const both = async () => {
+    n++;
+    await publish(server, 'mailbox:51', { n });
+    await publish(server, 'team:52', { n });
+  };
+  while (n < 5) await both();
+  await until(() => got.length >= 10, 'ten events over the stream');
+  // WebSocket passes again while events are published: the client moves at its next try.
+  await gate.open();
+  const deadline = Date.now() + scaled(10) * 1000;
+  while (c.transport !== 'websocket' || c.topicState('team:52') !== 'subscribed') {
+    assert.ok(Date.now() < deadline, `still on ${c.transport} (${c.state}) 10 s after WebSocket passes again`);
+    await both();
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  for (let k = 0; k < 5; k++) await both();
+  await until(() => got.length >= 2 * n, `${2 * n} events (${got.length} came)`);
+  assert.deepEqual(byTopic(got), { 'mailbox:51': upTo(n), 'team:52': upTo(n) });
+  // The WebSocket's sub resumed each topic from the event delivered just before its first event
+  // on the WebSocket: the seam is exact.
+  const ws = c._ws;
+  const sub = ws.sent.find((m) => m.op === 'sub');
+  for (const topic of ['mailbox:51', 'team:52']) {
+    const firstOnWs = ws.frames.find((m) => m.topic === topic);
+    assert.ok(firstOnWs, `no event of ${topic} came on the WebSocket`);
+    const at = got.findIndex((e) => e.topic === topic && e.id === firstOnWs.id);
+    const before = got.slice(0, at).filter((e) => e.topic === topic).at(-1);
+    assert.equal(sub.since[topic], before.id, `${topic} resumed from ${sub.since[topic]}, not ${before.id}`);
+  }
+  assert.equal(eventStreams.slice(first).filter((s) => !s.done).length, 0, 'a stream is still open');
+  assert.deepEqual(seen.slice(-2), ['open/sse', 'open/websocket']);
+  c.close();
+  await gate.shut();
+});
+
+test('on event streams the token is refreshed by reopening the stream before exp; without getToken, auth_failed at exp', async () => {
+  const server = await start({ jwtSecret: SECRET });
+  const short = mint({ exp: nowS() + Math.ceil(scaled(10)), topics: ['mailbox:61'] });
+  const fresh = mint({ exp: nowS() + 3600, topics: ['mailbox:61'] });
+  const url = `ws://127.0.0.1:${server.port}/ws`;
+  let asked = 0;
+  const first = eventStreams.length;
+  const c = client(url, {
+    transport: 'sse', EventSource: NodeEventSource, token: short, refreshAt: [0.4, 0.4],
+    getToken: async () => { asked++; return fresh; },
+  });
+  const seen = transports(c);
+  const got = collect(c, 'mailbox:61');
+  await until(() => c.topicState('mailbox:61') === 'subscribed', 'subscribed');
+  // The control: the same token, no getToken; the server ends its stream at exp.
+  const control = client(url, { transport: 'sse', EventSource: NodeEventSource, token: short, baseDelay: 20 });
+  const controlSeen = transports(control);
+  control.subscribe('mailbox:61', () => {});
+  await publish(server, 'mailbox:61', { n: 1 });
+  await got.until(1);
+  await until(() => controlSeen.includes('auth_failed/sse'), 'the control to fail at exp', 30);
+  assert.equal(asked, 1);
+  assert.equal(c._token, fresh);
+  const mine = eventStreams.slice(first).filter((s) => s.query.token === fresh);
+  assert.ok(mine.length >= 1 && mine[0].opened, 'no stream with the fresh token');
+  assert.deepEqual(mine[0].query.since, got[0].id);
+  await publish(server, 'mailbox:61', { n: 2 });
+  await got.until(2);
+  assert.deepEqual(got.map((e) => e.data.n), [1, 2]);
+  assert.deepEqual(seen, ['connecting/sse', 'open/sse']);
   c.close();
 });
 
