@@ -144,8 +144,11 @@ pool::frame_ref sse_phase::render(std::uint32_t slot, const pool::frame_ref& fra
             s = nullptr;
           }
         } else if (m.kind == proto::sse_message::reply) {
-          ok = emit(m.op, {}, text);
-          if (m.op == "error" && s && s->opening) close_after = true;  // its `sub` was refused
+          // `error` is named `refused` on a stream: an EventSource's own `error` event (the
+          // connection failed) would reach the same listeners.
+          const bool refused = m.op == "error";
+          ok = emit(refused ? std::string_view("refused") : m.op, {}, text);
+          if (refused && s && s->opening) close_after = true;  // its `sub` was refused
         }
         break;
       }

@@ -392,14 +392,13 @@ class WsPush {
       s.opened = true;
       if (this._streams.every((x) => x.opened)) this._streamsOpen();
     });
-    for (const type of ["message", "subbed", "lost"]) {
+    for (const type of ["message", "subbed", "lost", "refused"]) {
       es.addEventListener(type, (e) => {
         if (live()) this._onStreamMessage(s, e.data);
       });
     }
-    es.addEventListener("error", (e) => {
+    es.addEventListener("error", () => {
       if (!live()) return;
-      if (typeof e.data === "string") return this._onStreamMessage(s, e.data); // the server's `error`
       this._streamLost(s); // refused, broken or ended: EventSource would reconnect by itself
     });
     return true;

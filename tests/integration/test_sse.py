@@ -338,8 +338,8 @@ def bad_input(server: ServerProcess) -> None:
     s = Stream(server.port, q(["mailbox:3"], since="nonsense"))
     if s.status == 200:
         ev = s.next()
-        check(ev is not None and ev[0] in ("subbed", "error"), f"unreadable position: {ev}")
-        if ev[0] == "error":
+        check(ev is not None and ev[0] in ("subbed", "refused"), f"unreadable position: {ev}")
+        if ev[0] == "refused":
             s.expect_end(10)
     s.close()
 
@@ -457,6 +457,17 @@ def redis_bus(args) -> None:
         m, _ = r2.expect("message")
         check(m["id"] == later, f"after the restart, replayed {m}, want {later}")
         r2.close()
+        # A position the bus cannot read passes the request's checks; the session refuses the
+        # sub after the 200: the stream gets `refused` (not EventSource's own `error`), a
+        # spread retry:, and ends.
+        bad = Stream(b2.port, q(["mailbox:r1"], since="nonsense"))
+        check(bad.status == 200, f"answered {bad.status}")
+        ev = bad.next()
+        check(ev is not None and ev[0] == "refused" and json.loads(ev[1]).get("code") == "bad_request",
+              f"an unreadable position on the Redis bus: {ev}")
+        bad.expect_end(10)
+        check(bad.retry is not None and 1000 <= bad.retry <= 10000, f"a refused stream ended with retry: {bad.retry}")
+        bad.close()
         for n in (a, b2):
             n.kill()
     finally:
