@@ -133,8 +133,9 @@ struct running_shard {
   std::unique_ptr<shard> s;
   std::thread t;
 
-  explicit running_shard(io_kind io, app_mode mode = app_mode::echo) {
+  explicit running_shard(io_kind io, app_mode mode = app_mode::echo, double message_rate = 0) {
     cfg.mode = mode;
+    cfg.session.client_message_rate = message_rate;  // a limit whose check runs on every message
     cfg.io = io;
     cfg.threads = 1;
     cfg.auth_none = true;
@@ -285,9 +286,9 @@ bool publish_round(pubsub::hub& hub, client* clients, int count, int n, bool lon
   return true;
 }
 
-void check_pubsub(io_kind io, bool deflate = false) {
+void check_pubsub(io_kind io, bool deflate = false, double message_rate = 0) {
   if (skip_without_uring(io)) return;
-  auto rs = std::make_unique<running_shard>(io, app_mode::pubsub);  // cannot start: fails
+  auto rs = std::make_unique<running_shard>(io, app_mode::pubsub, message_rate);  // cannot start: fails
   constexpr int count = 20;
   static client clients[count];
   for (int m = 0; m < count; ++m) {
@@ -434,6 +435,13 @@ TEST_CASE("shard: pubsub publish compressed for permessage-deflate allocates not
   check_pubsub(io_kind::uring, true);
 }
 TEST_CASE("shard: pubsub publish and sub/unsub allocate nothing once warm (io_uring)") { check_pubsub(io_kind::uring); }
+// --client-message-rate checks every message (one that never refuses here): still nothing allocated.
+TEST_CASE("shard: pubsub with a client message rate allocates nothing once warm (epoll)") {
+  check_pubsub(io_kind::epoll, false, 1e6);
+}
+TEST_CASE("shard: pubsub with a client message rate allocates nothing once warm (io_uring)") {
+  check_pubsub(io_kind::uring, false, 1e6);
+}
 
 TEST_CASE("shard: echo, ping and connection churn allocate nothing once warm (epoll)") { check_backend(io_kind::epoll); }
 TEST_CASE("shard: echo, ping and connection churn allocate nothing once warm (io_uring)") { check_backend(io_kind::uring); }
