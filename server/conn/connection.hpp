@@ -113,6 +113,7 @@ union rx_hold {
 enum conn_ext : std::uint8_t {
   ext_deflate = 1 << 0,  // permessage-deflate: RSV1 messages in, compressed twins out
   ext_sse = 1 << 1,      // an event stream (sse_phase.hpp), not a WebSocket
+  ext_sse_state = 1 << 2,  // a stream whose positions sse_phase keeps (several topics, or before `subbed`)
 };
 
 /// Budget: 32 bytes (plus the loop's 16 for the slot's links), so a million idle connections

@@ -29,6 +29,7 @@ void sse_phase::start(std::uint32_t slot, std::span<const std::string_view> topi
     s.topics.assign(topics.begin(), topics.end());
     s.at.assign(positions.begin(), positions.end());
     for (std::string& p : s.at) p.reserve(proto::max_id_bytes);  // an event's id never grows it
+    _c.at(slot).ext |= ext_sse_state;
   } catch (...) {
     _streams.erase(slot);
     l.reset();
@@ -66,14 +67,21 @@ std::uint32_t sse_phase::retry_ms() noexcept {
 pool::frame_ref sse_phase::shared(const pool::frame_ref& frames) noexcept {
   if (_shared_src != frames.bytes().data() || !_shared) {
     bool unused = false;
-    _shared = render(UINT32_MAX, frames, unused);  // no slot has state under UINT32_MAX
+    _shared = render(no_slot, frames, unused);
     _shared_src = frames.bytes().data();
   }
   return _shared;
 }
 
+bool sse_phase::stateless(std::uint32_t slot) const noexcept { return !(_c.at(slot).ext & ext_sse_state); }
+
+void sse_phase::forget(std::uint32_t slot) noexcept {
+  if (_c.at(slot).ext & ext_sse_state) _streams.erase(slot);
+}
+
 pool::frame_ref sse_phase::render(std::uint32_t slot, const pool::frame_ref& frames, bool& close_after) noexcept {
-  auto it = _streams.find(slot);
+  auto it = _streams.end();
+  if (slot != no_slot && !stateless(slot)) it = _streams.find(slot);
   stream* s = it == _streams.end() ? nullptr : &it->second;
   std::span<const std::uint8_t> in = frames.bytes();
   pool::lease out = _c.buffers().acquire(in.size() + in.size() / 4 + 256);
@@ -141,6 +149,7 @@ pool::frame_ref sse_phase::render(std::uint32_t slot, const pool::frame_ref& fra
           s->opening = false;
           if (s->topics.size() == 1) {  // from here on, an event's id is its own
             _streams.erase(it);
+            _c.at(slot).ext &= ~ext_sse_state;
             s = nullptr;
           }
         } else if (m.kind == proto::sse_message::reply) {

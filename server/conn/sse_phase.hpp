@@ -37,12 +37,12 @@ class sse_phase {
   /// out of memory. `close_after` is set when the stream ends with it (its `sub` was refused).
   pool::frame_ref render(std::uint32_t slot, const pool::frame_ref& frames, bool& close_after) noexcept;
   /// Whether `slot`'s events look the same as any other stateless stream's (one topic, opened).
-  bool stateless(std::uint32_t slot) const noexcept { return !_streams.contains(slot); }
+  bool stateless(std::uint32_t slot) const noexcept;
   /// render() of a frame every stateless stream gets (a fan-out): made once until end_batch().
   pool::frame_ref shared(const pool::frame_ref& frames) noexcept;
   void end_batch() noexcept { _shared = {}, _shared_src = nullptr; }
   /// The connection is gone.
-  void forget(std::uint32_t slot) noexcept { _streams.erase(slot); }
+  void forget(std::uint32_t slot) noexcept;
 
  private:
   struct stream {
@@ -50,6 +50,7 @@ class sse_phase {
     bool opening = true;                  // `subbed` has not gone out
   };
   std::uint32_t retry_ms() noexcept;
+  static constexpr std::uint32_t no_slot = UINT32_MAX;  // render() for any stateless stream
 
   connections& _c;
   std::unordered_map<std::uint32_t, stream> _streams;
