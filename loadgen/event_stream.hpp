@@ -82,7 +82,7 @@ inline sse_spill::field field_named(std::string_view name) noexcept {
 /// Appends what fits of `v` to buf[len..cap); false when some of it did not fit.
 inline bool append_bounded(char* buf, std::uint8_t& len, std::size_t cap, std::string_view v) noexcept {
   const std::size_t n = std::min(cap - len, v.size());
-  std::memcpy(buf + len, v.data(), n);
+  if (n > 0) std::memcpy(buf + len, v.data(), n);  // an empty view may hold no pointer at all
   len = static_cast<std::uint8_t>(len + n);
   return n == v.size();
 }

@@ -425,12 +425,12 @@ def redis_bus(args) -> None:
     if not shutil.which("redis-server"):
         print("  (redis-server not installed: step skipped)")
         return
+    from wsp_bus import node as bus_node
     from wsp_redis import RedisServer
     redis = RedisServer().start()
     try:
-        def node():
-            return ServerProcess(args.server, io=args.io, mode="pubsub", extra=["--bus", redis.url],
-                                 quiet=not args.verbose).start()
+        def node():  # once it is up on the bus and ready: a publish before that is refused 503
+            return bus_node(args, redis.url)
         a, b = node(), node()
         topics = ["mailbox:r1", "team:r1"]
         s, _, _ = open_ok(a.port, topics)
