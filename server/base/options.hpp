@@ -51,4 +51,22 @@ struct session_options {
   std::uint32_t client_message_burst = 20;
 };
 
+/// What a kind of topic gets: the global options (--history-size, --presence, ...) unless a
+/// namespace of the config file (`[namespace."mailbox:"]`) covers the topic (pubsub/namespaces.hpp).
+struct topic_options {
+  std::uint32_t history_size = 100;  ///< events kept per topic
+  double history_ttl = 300;          ///< their age limit, seconds; 0: none
+  bool presence = false;             ///< who is subscribed can be asked (`presence`, GET /presence)
+  bool join_leave = false;           ///< subscribers hear a user's first subscribe and last leave
+  bool client_publish = true;        ///< false: clients' pubs are refused whatever their token grants
+  bool compression = true;           ///< events get their permessage-deflate twin (when big enough)
+};
+
+/// One `[namespace."<prefix>"]` table: the topics that start with `prefix` (the longest one wins).
+struct topic_namespace {
+  std::string prefix;
+  topic_options options;
+  std::string where;  ///< "FILE:LINE" of its table, for messages
+};
+
 }  // namespace wspush::server
