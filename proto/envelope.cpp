@@ -253,6 +253,12 @@ envelope_result check_op(std::string_view op, unsigned seen, envelope& out) noex
     const bool complete = (seen & (f_topic | f_data)) == (f_topic | f_data);
     return complete ? k_ok : fail(client_error::bad_request, "pub needs topic and data");
   }
+  if (op == "presence" || op == "presence_count") {
+    out.op = op == "presence" ? client_op::presence : client_op::presence_count;
+    out.topic_count = out.since_count = 0;  // fields of other ops: checked, then ignored
+    out.data = out.idempotency_key = {};
+    return (seen & f_topic) ? k_ok : fail(client_error::bad_request, "presence needs topic");
+  }
   if (op == "auth" || op == "pong") {
     out.op = op == "auth" ? client_op::auth : client_op::pong;
     out.topic_count = out.since_count = 0;  // fields of other ops: checked, then ignored
@@ -407,6 +413,38 @@ std::size_t encode_error(client_error code, std::string_view topic, std::span<ch
   if (!topic.empty()) w.raw(",\"topic\":").string(topic);
   if (!of.empty()) w.raw(",\"of\":").string(of);
   w.raw("}");
+  return w.size();
+}
+
+std::size_t encode_presence(std::string_view op, std::string_view topic, const std::span<const presence_user>* users,
+                            std::uint64_t user_count, std::uint64_t connections, bool truncated,
+                            std::span<char> out) noexcept {
+  json_writer w(out);
+  char digits[24];
+  const auto number = [&](std::uint64_t v) -> std::string_view {
+    return {digits, std::size_t(std::snprintf(digits, sizeof digits, "%llu", static_cast<unsigned long long>(v)))};
+  };
+  w.raw("{");
+  if (!op.empty()) w.raw("\"op\":").string(op).raw(",");
+  w.raw("\"topic\":").string(topic);
+  if (users) {
+    w.raw(",\"users\":{");
+    for (std::size_t i = 0; i < users->size(); ++i) {
+      if (i != 0) w.raw(",");
+      w.string((*users)[i].user).raw(":").raw(number((*users)[i].connections));
+    }
+    w.raw("}");
+    if (truncated) w.raw(",\"truncated\":true");
+  }
+  w.raw(",\"user_count\":").raw(number(user_count));
+  w.raw(",\"connections\":").raw(number(connections)).raw("}");
+  return w.size();
+}
+
+std::size_t encode_join_leave(bool join, std::string_view topic, std::string_view user, std::span<char> out) noexcept {
+  json_writer w(out);
+  w.raw(join ? "{\"op\":\"join\",\"topic\":" : "{\"op\":\"leave\",\"topic\":").string(topic);
+  w.raw(",\"user\":").string(user).raw("}");
   return w.size();
 }
 

@@ -50,14 +50,14 @@ inline constexpr std::size_t max_data_depth = 64;
 /// much room behind it is parsed where it lies.
 inline constexpr std::size_t envelope_padding = 64;
 
-enum class client_op : std::uint8_t { sub, unsub, pub, auth, pong };
+enum class client_op : std::uint8_t { sub, unsub, pub, auth, pong, presence, presence_count };
 
 /// Error codes of the protocol: what a client is told in `{"op":"error","code":...}`. parse()
 /// produces the first five; the others are the server's decisions.
 enum class client_error : std::uint8_t {
   none,
   bad_json,         // not JSON (or not UTF-8, or trailing bytes after the object)
-  unknown_op,       // `op` is a string but not sub/unsub/pub
+  unknown_op,       // `op` is a string but not one of the ops
   bad_request,      // not an object, `op` missing, a field of the wrong type, a bad topic or id
   too_many_topics,  // over max_topics_per_message in `topics` or `since`
   too_big,          // over the parser's max_message_bytes
@@ -67,6 +67,7 @@ enum class client_error : std::uint8_t {
   unauthorized,     // an `auth` token that is malformed, forged, expired or not yet valid
   timeout,          // a `pub` sent to Redis when the link broke, unanswered: it may have been published
   rate_limited,     // past the connection's message rate (--client-message-rate): not handled
+  not_enabled,      // `presence` of a topic whose namespace keeps none (--presence)
 };
 
 constexpr std::string_view client_error_name(client_error e) noexcept {
@@ -83,6 +84,7 @@ constexpr std::string_view client_error_name(client_error e) noexcept {
     case client_error::unauthorized: return "unauthorized";
     case client_error::timeout: return "timeout";
     case client_error::rate_limited: return "rate_limited";
+    case client_error::not_enabled: return "not_enabled";
   }
   return "unknown";
 }
@@ -100,7 +102,7 @@ struct envelope {
   client_op op = client_op::sub;
   std::uint8_t topic_count = 0;   // sub, unsub: >= 1
   std::uint8_t since_count = 0;   // sub: each names one of `topics`, at most once
-  std::string_view topic;         // pub
+  std::string_view topic;         // pub, presence, presence_count
   std::string_view data;          // pub: the raw JSON value, first to last byte, never empty
   std::string_view idempotency_key;  // pub: empty when none (is_valid_idempotency_key otherwise)
   std::string_view token;         // auth: the token as sent (not checked here: jwt_verifier does)
@@ -130,7 +132,8 @@ class envelope_parser {
   /// `readable` is how many bytes from message.data() may be read: at least message.size() +
   /// envelope_padding lets simdjson work in place. With less, the message is first copied into
   /// the parser's own padded buffer (a memcpy, still no allocation) and views point there.
-  /// Rules: a JSON object; `op` one of sub/unsub/pub; sub and unsub need `topics`, a non-empty
+  /// Rules: a JSON object; `op` one of sub/unsub/pub/auth/pong/presence/presence_count (the
+  /// presence ops need `topic`); sub and unsub need `topics`, a non-empty
   /// array of topic names (≤ max_topics_per_message); sub may have `since`, an object of
   /// topic → id string (1..max_id_bytes) whose topics are among `topics`; pub needs `topic` and
   /// `data` (any JSON value, nested at most max_data_depth) and may have `idempotency_key`
@@ -184,6 +187,27 @@ std::size_t encode_error(client_error code, std::string_view topic, std::span<ch
 std::size_t encode_authed(std::int64_t exp, std::span<const std::string_view> unsubbed, std::span<char> out) noexcept;
 /// `{"op":"ping"}`: the heartbeat a client that asked for one (`?heartbeat=1`) answers with a pong.
 inline constexpr std::string_view heartbeat_ping = R"({"op":"ping"})";
+/// One user in a presence answer: its `sub` and how many of its connections are subscribed.
+struct presence_user {
+  std::string_view user;
+  std::uint32_t connections = 0;
+};
+/// Room encode_presence needs at most.
+constexpr std::size_t presence_size_bound(std::string_view topic, std::span<const presence_user> users) noexcept {
+  std::size_t n = 128 + 6 * topic.size();
+  for (const presence_user& u : users) n += 6 * u.user.size() + 16;
+  return n;
+}
+/// `{"op":"presence","topic":"...","users":{"u42":2,...},"user_count":1,"connections":2}`, or
+/// with `users` null (presence_count) `{"op":"presence_count","topic":"...","user_count":..,
+/// "connections":..}`. `truncated`: `users` lists only some (`"truncated":true`). Without `op`
+/// (the admin API's answer) the same object without its "op" member.
+std::size_t encode_presence(std::string_view op, std::string_view topic, const std::span<const presence_user>* users,
+                            std::uint64_t user_count, std::uint64_t connections, bool truncated,
+                            std::span<char> out) noexcept;
+/// `{"op":"join","topic":"...","user":"..."}` (`join` false: `"leave"`): a user's first
+/// connection subscribed to the topic, or its last one left it.
+std::size_t encode_join_leave(bool join, std::string_view topic, std::string_view user, std::span<char> out) noexcept;
 /// `{"id":"18"}`: the answer to a publish.
 std::size_t encode_published(std::string_view id, std::span<char> out) noexcept;
 

@@ -6,6 +6,8 @@
 #include <simdjson.h>
 
 #include "proto/envelope.hpp"
+#include "proto/http_upgrade.hpp"
+#include "proto/sse.hpp"
 #include "proto/topic.hpp"
 #include "proto/ws_handshake.hpp"
 #include "server/admin/metrics.hpp"
@@ -26,7 +28,7 @@ namespace {
 
 constexpr std::string_view k_json = "application/json";
 
-enum class route : std::uint8_t { none, publish, publish_batch, metrics, healthz, readyz };
+enum class route : std::uint8_t { none, publish, publish_batch, metrics, healthz, readyz, presence };
 
 route find_route(std::string_view path) noexcept {
   if (path == "/publish") return route::publish;
@@ -34,6 +36,7 @@ route find_route(std::string_view path) noexcept {
   if (path == "/metrics") return route::metrics;
   if (path == "/healthz") return route::healthz;
   if (path == "/readyz") return route::readyz;
+  if (path == "/presence") return route::presence;
   return route::none;
 }
 
@@ -158,6 +161,24 @@ struct admin_api::state {
              std::string_view extra = {}) {
     if (requests[0]) requests[status >= 500 ? 2 : status >= 400 ? 1 : 0]->inc();
     append_http_response(out, status, type, body, close, extra);
+  }
+
+  /// GET /presence?topic=T[&count=1]: the topic's users and their connections (count=1: the
+  /// counts only), as the presence reader writes them.
+  void presence(const proto::http_request& req, std::string& out, bool close) {
+    char decoded[proto::max_topic_bytes];
+    const std::string_view raw = proto::query_value(req.query, "topic");
+    const std::size_t n = proto::percent_decode(raw, decoded);
+    const std::string_view topic(decoded, n == SIZE_MAX ? 0 : n);
+    const std::string_view count = proto::query_value(req.query, "count");
+    if (raw.empty() || topic.empty() || !proto::is_valid_topic(topic))
+      return reply(out, 400, k_json, error_body("bad_request", "name a valid topic: /presence?topic=mailbox:42"), close);
+    if (!count.empty() && count != "1" && count != "0")
+      return reply(out, 400, k_json, error_body("bad_request", "count is 1 (the counts only) or 0"), close);
+    if (!opt.presence) return reply(out, 404, k_json, error_body("not_enabled", "no topic keeps presence (--presence)"), close);
+    text.clear();
+    const std::uint16_t status = opt.presence(topic, count == "1", text);
+    reply(out, status, k_json, text, close);
   }
 
   /// What a publish object names: views into the body (or into `reader`'s buffer for a key
@@ -461,13 +482,14 @@ admin_api::head_verdict admin_api::screen(const proto::http_request& req, std::s
   const route r = find_route(req.path);
   const bool is_publish = r == route::publish || r == route::publish_batch;
   const bool keyed = !s.opt.api_key.empty() && same_key(bearer_token(req.header("authorization")), s.opt.api_key);
+  const bool needs_key = is_publish || r == route::presence;  // who is online is the backend's to know
   // An answer that leaves a body unread must close the connection: the body is never read.
   bool close = !req.keep_alive || req.content_length > 0;
   if (r == route::none) {
     s.reply(out, 404, k_json, error_body("not_found"), close);
   } else if (req.method != (is_publish ? "POST" : "GET")) {
     s.reply(out, 405, k_json, error_body("method_not_allowed"), close, is_publish ? "Allow: POST\r\n" : "Allow: GET\r\n");
-  } else if (is_publish && !s.opt.api_key.empty() && !keyed) {
+  } else if (needs_key && !s.opt.api_key.empty() && !keyed) {
     // Always closed: a client without the key gets one answer per connection, not a slot to retry in.
     close = true;
     s.reply(out, 401, k_json, error_body("unauthorized"), close, "WWW-Authenticate: Bearer realm=\"wspush\"\r\n");
@@ -500,6 +522,7 @@ admin_api::respond_result admin_api::respond(const proto::http_request& req, std
       s.reply(out, 200, metrics_registry::content_type, s.text, close);
       break;
     case route::healthz: s.reply(out, 200, k_json, "{\"status\":\"ok\"}", close); break;
+    case route::presence: s.presence(req, out, close); break;
     default:
       if (s.draining.load(std::memory_order_relaxed)) s.reply(out, 503, k_json, "{\"status\":\"draining\"}", close);
       else if (!s.sink.ready()) s.reply(out, 503, k_json, s.bus_down_body(), close, "Retry-After: 1\r\n");

@@ -11,6 +11,7 @@
 /// | `/metrics`           | GET    | no   | 200 Prometheus text 0.0.4 |
 /// | `/healthz`           | GET    | no   | 200 `{"status":"ok"}` while the process serves (liveness) |
 /// | `/readyz`            | GET    | no   | 200 `{"status":"ready"}`; 503 `{"status":"draining"}`, `"bus_down"` or `"bus_stalled"` |
+/// | `/presence?topic=T`  | GET    | yes  | 200 `{"topic":T,"users":{"u42":2},"user_count":1,"connections":2}` (`&count=1`: without `users`); 404 `not_enabled` |
 ///
 /// A publish (and each line of a batch) is `{"topic":...,"data":...}` with an optional
 /// `"idempotency_key"` (1-128 bytes of printable ASCII; else 400 with a reason).
@@ -98,6 +99,9 @@ struct admin_api_options {
   /// Publishes (lines) that may wait for the bus at once; a request that would take more is
   /// answered 503 with Retry-After (unless none waits: a batch larger than this goes alone).
   std::uint32_t max_waiting_publishes = 4096;
+  /// GET /presence: writes the topic's presence as JSON into `body` and returns the status
+  /// (200, or 404 where the topic's namespace keeps none). Empty: no topic keeps presence.
+  std::function<std::uint16_t(std::string_view topic, bool count_only, std::string& body)> presence;
 };
 
 class admin_api {

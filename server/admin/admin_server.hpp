@@ -58,6 +58,7 @@ struct admin_options {
   double linger_timeout = 2;    // seconds spent draining a request after an error answer
   double publish_timeout = 5;   // seconds a publish waits for the bus: then 504 if it was sent, else 503
   std::uint32_t max_waiting_publishes = 4096;  // publishes (batch lines) waiting for the bus at once
+  std::function<std::uint16_t(std::string_view topic, bool count_only, std::string& body)> presence;  // GET /presence
 };
 
 class admin_server {

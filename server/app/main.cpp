@@ -252,6 +252,17 @@ int run(const config& cfg, int argc, char** argv) {
   shared.upgrade_gate.configure(cfg.conn.upgrade_rate, cfg.conn.upgrade_rate);
   user_table users(cfg.conn.max_connections_per_user);  // outlives the shards (they join and leave it)
   if (tokens && cfg.mode == app_mode::pubsub) shared.users = &users;  // the session leaves them
+  const wspush::server::pubsub::namespaces ns(cfg.topics, cfg.namespaces);
+  std::optional<wspush::server::pubsub::presence_table> presence;
+  if (cfg.mode == app_mode::pubsub && ns.any_presence()) {
+    if (bus) {
+      log(log_level::error, "--presence and --join-leave need the embedded bus for now (presence across Redis nodes is not built yet)");
+      return 2;
+    }
+    presence.emplace();
+    shared.ns = &ns;
+    shared.presence = &*presence;
+  }
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -293,7 +304,12 @@ int run(const config& cfg, int argc, char** argv) {
   publish_sink& admin_sink = redis_sink ? static_cast<publish_sink&>(*redis_sink)
                              : sink     ? static_cast<publish_sink&>(*sink)
                                         : static_cast<publish_sink&>(no_sink);
-  admin_server admin(admin_options_of(cfg), admin_sink, &metrics);
+  admin_options ao = admin_options_of(cfg);
+  if (presence)
+    ao.presence = [&](std::string_view topic, bool count_only, std::string& body) {
+      return wspush::server::pubsub::render_presence(*presence, ns, shared.users, topic, count_only, body);
+    };
+  admin_server admin(ao, admin_sink, &metrics);
   admin.start();
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
   log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),

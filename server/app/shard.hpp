@@ -22,6 +22,8 @@
 #include "server/net/transport_tls.hpp"
 #include "server/pubsub/fanout.hpp"
 #include "server/pubsub/hub.hpp"
+#include "server/pubsub/namespaces.hpp"
+#include "server/pubsub/presence.hpp"
 #include "server/reactor/loop.hpp"
 
 namespace wspush::server {
@@ -40,6 +42,8 @@ struct shard_shared {
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
   rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too
   user_table* users = nullptr;  // with tokens: who is connected (--max-connections-per-user)
+  const pubsub::namespaces* ns = nullptr;     // with presence: the options of each kind of topic
+  pubsub::presence_table* presence = nullptr;  // null: no topic keeps presence (nor join/leave)
 };
 
 class shard {

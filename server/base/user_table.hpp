@@ -88,6 +88,17 @@ class user_table {
   }
   std::uint32_t limit() const noexcept { return _limit; }
 
+  /// Returns fn(name_of) under the table's lock, where name_of(id) is user id's `sub` (empty for
+  /// nobody or a number not in use), valid while fn runs. fn must not call into the table.
+  template <class Fn>
+  decltype(auto) with_names(Fn&& fn) const {
+    std::lock_guard lock(_m);
+    return fn([this](std::uint32_t id) -> std::string_view {
+      if (id == nobody || id > _users.size() || !_users[id - 1].name) return {};
+      return *_users[id - 1].name;
+    });
+  }
+
  private:
   struct user {
     const std::string* name = nullptr;  // the map's key (node-based: stable)

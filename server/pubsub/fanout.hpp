@@ -31,6 +31,8 @@ struct pubsub_counters {
   relaxed_counter client_pubs_timeout;  // Redis bus: sent, no answer (the link broke): may have been published
   relaxed_counter client_errors, token_expired_closes;
   relaxed_counter client_rate_limited;  // messages refused past --client-message-rate
+  relaxed_counter joins, leaves;        // join/leave events announced
+  relaxed_counter presence_failures;    // presence not counted, or join/leave not announced (no memory, crowded)
   relaxed_counter topics, subscriptions;  // gauges: this shard's registry
   relaxed_counter waiting_topics;         // gauge (Redis bus): topics held for subs not yet answered
 };

@@ -23,6 +23,10 @@ constexpr std::uint16_t max_pubs_in_flight = 16;
 /// its rate again in between: a client that slows down when told is served, one that does not
 /// is not.
 constexpr std::uint64_t max_refused_past_rate = 16;
+/// Users a `presence` answer lists at most (all are counted): `presence_count` is the form for
+/// large topics, and an answer stays one modest message.
+constexpr std::size_t max_presence_users = 1000;
+constexpr std::size_t max_presence_bytes = 64 * 1024;
 
 /// Writes `topics` into `out` (room for max_topics_per_message) each once, in the order first
 /// named, and returns how many: a topic named twice in one sub is one subscription on either
@@ -123,6 +127,7 @@ bool session::within_rate(conn_id c) noexcept {
 }
 
 void session::on_close(conn_id c) noexcept {
+  if (_presence) _fanout.registry().topics_of(c, [&](std::string_view t) { present(c, t, false); });
   if (_bus) {
     unsubscribe_all(c);
     if (auto o = _waiting_of.find(c); o != _waiting_of.end()) {
@@ -186,6 +191,8 @@ void session::on_message(conn_id c, message& m) noexcept {
     case proto::client_op::unsub: return client_unsub(c);
     case proto::client_op::pub: return client_pub(c);
     case proto::client_op::auth: return client_auth(c);
+    case proto::client_op::presence:
+    case proto::client_op::presence_count: return client_presence(c);
     case proto::client_op::pong: return;  // the heartbeat's answer: that it came is all (ws_phase)
   }
 }
@@ -237,6 +244,9 @@ void session::client_sub(conn_id c) noexcept {
     }
   }
   _fanout.count_subscriptions();
+  if (_presence)
+    for (std::size_t k = 0; k < topics.size(); ++k)
+      if (added & (1u << k)) present(c, topics[k], true);
   std::string_view lost[proto::max_topics_per_message];
   std::uint32_t lost_count = replay_since(topics, added, lost);
   std::span<const std::string_view> lost_span(lost, lost_count);
@@ -282,8 +292,11 @@ std::uint32_t session::replay_since(std::span<const std::string_view> topics, st
 
 void session::client_unsub(conn_id c) noexcept {
   auto topics = _env->topics();
-  for (std::string_view t : topics)
-    if (_fanout.registry().unsubscribe(c, t) && _bus) release_if_unheld(t);
+  for (std::string_view t : topics) {
+    if (!_fanout.registry().unsubscribe(c, t)) continue;
+    if (_presence) present(c, t, false);
+    if (_bus) release_if_unheld(t);
+  }
   _fanout.count_subscriptions();
   reply(c, 64 + names_bound(topics), [&](std::span<char> out) { return proto::encode_unsubbed(topics, out); });
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
@@ -335,12 +348,94 @@ void session::client_auth(conn_id c) noexcept {
   });
   for (std::string_view t : _gone) {
     reg.unsubscribe(c, t);
+    if (_presence) present(c, t, false);
     if (_bus) release_if_unheld(t);
   }
   if (!_gone.empty()) _fanout.count_subscriptions();
   std::span<const std::string_view> names(_gone);
   reply(c, 64 + names_bound(names), [&](std::span<char> out) { return proto::encode_authed(claims.exp, names, out); });
   _ops->expiry_changed(c);
+  if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+// ---- presence ---------------------------------------------------------------------------------
+
+void session::present(conn_id c, std::string_view topic, bool joined) noexcept {
+  const topic_options& o = _ns->of(topic);
+  if (!o.presence && !o.join_leave) return;
+  const std::uint32_t user = _sessions.get(c).user;
+  const presence_table::change ch = joined ? _presence->add(topic, user) : _presence->remove(topic, user);
+  if (ch == presence_table::change::failed) _fanout.counters().presence_failures.add();
+  if (o.join_leave && ch == (joined ? presence_table::change::first : presence_table::change::last))
+    announce(joined, topic, user);
+}
+
+/// Tells the topic's subscribers, on every shard, that `user` joined or left it: the event goes
+/// the way of a publish (hub::relay), outside the history (a resume does not replay it).
+void session::announce(bool join, std::string_view topic, std::uint32_t user) noexcept {
+  if (!_users) return;
+  pool::frame_ref frame;
+  std::string_view topic_in_frame;
+  _users->with_names([&](auto name_of) {
+    const std::string_view name = name_of(user);
+    constexpr std::size_t room = proto::max_server_header_size;
+    const std::size_t bound = 48 + 6 * (topic.size() + name.size());
+    pool::lease l = _ops->buffers().acquire(room + bound);
+    if (!l) return;
+    char* text = reinterpret_cast<char*>(l.data()) + room;
+    const std::size_t n = proto::encode_join_leave(join, topic, name, {text, bound});
+    if (n == 0) return;
+    const std::size_t size = proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n);
+    l.set_size(size);
+    // A valid topic needs no escaping: it lies verbatim after `{"op":"join","topic":"`.
+    const std::size_t at = size - n + (join ? 22 : 23);
+    topic_in_frame = {reinterpret_cast<const char*>(l.data()) + at, topic.size()};
+    frame = pool::frame_ref::adopt(std::move(l));
+  });
+  pubsub_counters& n = _fanout.counters();
+  if (frame && _hub.relay(std::move(frame), topic_in_frame) == publish_status::ok) {
+    (join ? n.joins : n.leaves).add();
+  } else {
+    n.presence_failures.add();  // a crowded node, or no memory: the subscribers miss this one
+  }
+}
+
+/// `{"op":"presence","topic":...}`: the users subscribed to a topic the connection may
+/// subscribe to, and how many connections each has there (presence_count: the counts only).
+void session::client_presence(conn_id c) noexcept {
+  const std::string_view topic = _env->topic;
+  const bool list = _env->op == proto::client_op::presence;
+  const std::string_view op = list ? "presence" : "presence_count";
+  if (!proto::grants_match(grants_of(c, false), topic)) return client_error(c, proto::client_error::forbidden, topic, op);
+  if (!_presence || !_ns->of(topic).presence) return client_error(c, proto::client_error::not_enabled, topic, op);
+  try {
+    _presence->read(topic, list ? max_presence_users : 0, _reading);
+  } catch (const std::bad_alloc&) {
+    return client_error(c, proto::client_error::unavailable, topic, op);
+  }
+  const auto encode = [&](auto name_of) {
+    _listed.clear();
+    std::size_t bytes = 0;
+    for (const auto& [user, n] : _reading.users) {
+      const std::string_view name = name_of(user);
+      bytes += 6 * name.size() + 16;
+      if (bytes > max_presence_bytes) break;
+      if (!name.empty()) _listed.push_back({name, n});  // reserved below: never throws
+    }
+    const std::span<const proto::presence_user> users(_listed);
+    const bool truncated = _listed.size() < _reading.user_count;
+    reply(c, proto::presence_size_bound(topic, users), [&](std::span<char> out) {
+      return proto::encode_presence(op, topic, list ? &users : nullptr, _reading.user_count, _reading.connections,
+                                    truncated, out);
+    });
+  };
+  try {
+    _listed.reserve(_reading.users.size());
+  } catch (const std::bad_alloc&) {
+    return client_error(c, proto::client_error::unavailable, topic, op);
+  }
+  if (_users) _users->with_names(encode);
+  else encode([](std::uint32_t) { return std::string_view{}; });
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
 }
 
@@ -551,7 +646,8 @@ void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   const bool here = !w.closed && _ops->is_open(c);
   if (here && (r->kind == bus_reply::subbed || r->kind == bus_reply::replay_done)) {
     topic_registry& reg = _fanout.registry();
-    for (const std::string& t : r->topics) reg.subscribe(c, t);
+    for (const std::string& t : r->topics)
+      if (reg.subscribe(c, t) == sub_result::added && _presence) present(c, t, true);
     _fanout.count_subscriptions();
   }
   // Topics this shard held only for this sub (it failed, or its connection left).

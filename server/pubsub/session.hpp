@@ -24,6 +24,8 @@
 #include "server/pubsub/bus_port.hpp"
 #include "server/pubsub/fanout.hpp"
 #include "server/pubsub/hub.hpp"
+#include "server/pubsub/namespaces.hpp"
+#include "server/pubsub/presence.hpp"
 #include "server/pubsub/session_table.hpp"
 
 namespace wspush::server::pubsub {
@@ -39,6 +41,13 @@ class session final : public application, private bus_reply_handler {
   /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp). A long
   /// replay is sent while a connection has less than half of `max_pending_bytes` unsent.
   void use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pending_bytes) noexcept;
+  /// Presence and join/leave where the topic's namespace keeps them: this shard's subscribes
+  /// and unsubscribes of such topics are counted in `table` (process-wide), and the `presence`
+  /// ops read it. Both must outlive the session.
+  void use_presence(const namespaces& ns, presence_table& table) noexcept {
+    _ns = &ns;
+    _presence = &table;
+  }
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
@@ -54,6 +63,11 @@ class session final : public application, private bus_reply_handler {
   void client_unsub(conn_id c) noexcept;
   void client_pub(conn_id c) noexcept;
   void client_auth(conn_id c) noexcept;
+  void client_presence(conn_id c) noexcept;
+  /// `c` subscribed to `topic` (joined) or left it: counted in presence where its namespace
+  /// keeps it, and a user's first or last connection announced where it asks for join/leave.
+  void present(conn_id c, std::string_view topic, bool joined) noexcept;
+  void announce(bool join, std::string_view topic, std::uint32_t user) noexcept;
   /// `of`: the op it answers when the client cannot tell otherwise ("pub": see encode_error).
   void client_error(conn_id c, proto::client_error e, std::string_view topic, std::string_view of = {}) noexcept;
   template <class Encode>
@@ -90,6 +104,10 @@ class session final : public application, private bus_reply_handler {
   std::vector<pool::frame_ref> _replay;  // scratch: a sub's replayed events
   std::string _names;                    // scratch: topic names an auth removes (the registry forgets them)
   std::vector<std::string_view> _gone;   // scratch: views into _names
+  const namespaces* _ns = nullptr;       // with presence (use_presence)
+  presence_table* _presence = nullptr;
+  presence_table::reading _reading;      // scratch: a presence op's answer
+  std::vector<proto::presence_user> _listed;
   // With a bus: the subs it has not answered yet, and per topic how many of them want it.
   struct waiting_sub {
     conn_id conn = 0;

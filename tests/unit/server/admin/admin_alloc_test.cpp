@@ -74,7 +74,9 @@ struct quiet_sink : publish_sink {
 TEST_CASE("admin alloc: a warm publish through admin_api", "[admin_alloc]") {
   quiet_sink sink;
   std::atomic<bool> draining{false};
-  admin_api api(admin_api_options{"k"}, sink, nullptr, draining);
+  admin_api_options o;
+  o.api_key = "k";
+  admin_api api(o, sink, nullptr, draining);
   std::string text = "POST /publish HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer k\r\nContent-Length: 46\r\n\r\n"
                      "{\"topic\":\"mailbox:42\",\"data\":{\"subject\":\"hi\"}}";
   text.reserve(text.size() + 64);  // simdjson's padding is readable

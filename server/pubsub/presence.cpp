@@ -1,0 +1,139 @@
+#include "server/pubsub/presence.hpp"
+
+#include <algorithm>
+#include <bit>
+
+#include "proto/envelope.hpp"
+#include "server/base/user_table.hpp"
+#include "server/pubsub/namespaces.hpp"
+
+namespace wspush::server::pubsub {
+
+presence_table::presence_table(std::uint32_t parts)
+    : _parts(std::make_unique<part[]>(std::bit_ceil(std::max<std::uint32_t>(parts, 1)))),
+      _mask(std::bit_ceil(std::max<std::uint32_t>(parts, 1)) - 1) {}
+
+presence_table::~presence_table() = default;
+
+presence_table::part& presence_table::part_of(std::string_view topic) const noexcept {
+  return _parts[name_hash{}(topic) >> 7 & _mask];  // the low bits pick the part's bucket
+}
+
+presence_table::change presence_table::add(std::string_view topic, std::uint32_t user) noexcept {
+  part& p = part_of(topic);
+  std::lock_guard lock(p.m);
+  try {
+    auto it = p.topics.find(topic);
+    if (it == p.topics.end()) it = p.topics.emplace(std::string(topic), topic_users{}).first;
+    topic_users& t = it->second;
+    if (user == 0) {
+      ++t.anonymous;
+      return change::more;
+    }
+    if (t.count > 0 && t.user == user) return ++t.count == 1 ? change::first : change::more;
+    if (t.count == 0 && !(t.others && t.others->count(user))) {
+      t.user = user;
+      t.count = 1;
+      ++p.entries;
+      return change::first;
+    }
+    if (!t.others) t.others = std::make_unique<std::unordered_map<std::uint32_t, std::uint32_t>>();
+    std::uint32_t& n = (*t.others)[user];
+    if (++n > 1) return change::more;
+    ++p.entries;
+    return change::first;
+  } catch (...) {
+    // A topic made for this call and left empty goes again: nothing was counted.
+    if (auto it = p.topics.find(topic); it != p.topics.end() && it->second.empty()) p.topics.erase(it);
+    return change::failed;
+  }
+}
+
+presence_table::change presence_table::remove(std::string_view topic, std::uint32_t user) noexcept {
+  part& p = part_of(topic);
+  std::lock_guard lock(p.m);
+  auto it = p.topics.find(topic);
+  if (it == p.topics.end()) return change::more;
+  topic_users& t = it->second;
+  change c = change::more;
+  if (user == 0) {
+    if (t.anonymous > 0) --t.anonymous;
+  } else if (t.count > 0 && t.user == user) {
+    if (--t.count == 0) {
+      t.user = 0;
+      --p.entries;
+      c = change::last;
+    }
+  } else if (t.others) {
+    if (auto u = t.others->find(user); u != t.others->end() && --u->second == 0) {
+      t.others->erase(u);
+      --p.entries;
+      c = change::last;
+      if (t.others->empty()) t.others.reset();
+    }
+  }
+  if (t.empty()) p.topics.erase(it);
+  return c;
+}
+
+void presence_table::read(std::string_view topic, std::size_t max_users, reading& out) const {
+  out.users.clear();
+  out.user_count = out.connections = 0;
+  part& p = part_of(topic);
+  std::lock_guard lock(p.m);
+  auto it = p.topics.find(topic);
+  if (it == p.topics.end()) return;
+  const topic_users& t = it->second;
+  out.connections = t.anonymous;
+  const auto list = [&](std::uint32_t user, std::uint32_t n) {
+    ++out.user_count;
+    out.connections += n;
+    if (out.users.size() < max_users) out.users.emplace_back(user, n);
+  };
+  if (t.count > 0) list(t.user, t.count);
+  if (t.others)
+    for (const auto& [user, n] : *t.others) list(user, n);
+}
+
+std::uint64_t presence_table::topics() const noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i <= _mask; ++i) {
+    std::lock_guard lock(_parts[i].m);
+    n += _parts[i].topics.size();
+  }
+  return n;
+}
+
+std::uint64_t presence_table::entries() const noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i <= _mask; ++i) {
+    std::lock_guard lock(_parts[i].m);
+    n += _parts[i].entries;
+  }
+  return n;
+}
+
+std::uint16_t render_presence(const presence_table& table, const namespaces& ns, const user_table* users,
+                              std::string_view topic, bool count_only, std::string& body) {
+  if (!ns.of(topic).presence) {
+    body = R"({"error":"not_enabled","reason":"the topic's namespace keeps no presence"})";
+    return 404;
+  }
+  presence_table::reading r;
+  table.read(topic, count_only ? 0 : SIZE_MAX, r);
+  const auto encode = [&](auto name_of) {
+    std::vector<proto::presence_user> listed;
+    listed.reserve(r.users.size());
+    for (const auto& [user, n] : r.users)
+      if (std::string_view name = name_of(user); !name.empty()) listed.push_back({name, n});
+    const std::span<const proto::presence_user> span(listed);
+    body.resize(proto::presence_size_bound(topic, span));
+    body.resize(proto::encode_presence({}, topic, count_only ? nullptr : &span, r.user_count, r.connections, false,
+                                       {body.data(), body.size()}));
+  };
+  if (users) users->with_names(encode);
+  else encode([](std::uint32_t) { return std::string_view{}; });
+  return 200;
+}
+
+}  // namespace wspush::server::pubsub
