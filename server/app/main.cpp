@@ -21,6 +21,7 @@
 #include "server/app/config.hpp"
 #include "server/app/hub_sink.hpp"
 #include "server/app/metrics_wiring.hpp"
+#include "server/app/revoker.hpp"
 #include "server/app/shard.hpp"
 #include "server/base/log.hpp"
 #include "server/bus/redis_bus.hpp"
@@ -214,6 +215,8 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.wait_replicas = cfg.redis_wait_replicas;
   o.wait_ms = cfg.redis_wait_ms;
   o.idempotency_window = cfg.idempotency_window;
+  o.revocation_ttl = cfg.revocation_ttl;
+  o.max_revocations = cfg.max_revocations;
   std::string where;
   for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
   if (!o.master_name.empty()) {
@@ -252,6 +255,8 @@ int run(const config& cfg, int argc, char** argv) {
   shared.upgrade_gate.configure(cfg.conn.upgrade_rate, cfg.conn.upgrade_rate);
   user_table users(cfg.conn.max_connections_per_user);  // outlives the shards (they join and leave it)
   if (tokens && cfg.mode == app_mode::pubsub) shared.users = &users;  // the session leaves them
+  revocation_list revocations(cfg.revocation_ttl, cfg.max_revocations);
+  if (tokens && cfg.mode == app_mode::pubsub && revocations.enabled()) shared.revoked = &revocations;
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -261,8 +266,13 @@ int run(const config& cfg, int argc, char** argv) {
     if (shards.back()->port()) ports.push_back(shards.back()->port());
   }
   if (hub) hub->attach(ports);
+  std::optional<revoker> revokes;  // POST /disconnect
+  if (cfg.mode == app_mode::pubsub) revokes.emplace(revocations, shared.users, ports, bus.get());
   if (bus) {
     bus->attach(ports);
+    if (revokes) bus->set_revoke_handler([&r = *revokes](std::string_view sub, std::int64_t at, bool loaded) {
+      r.heard(sub, at, loaded);
+    });
     std::string why;
     if (!bus->start(why)) {
       log(log_level::error, "cannot start the bus: %s", why.c_str());
@@ -293,7 +303,10 @@ int run(const config& cfg, int argc, char** argv) {
   publish_sink& admin_sink = redis_sink ? static_cast<publish_sink&>(*redis_sink)
                              : sink     ? static_cast<publish_sink&>(*sink)
                                         : static_cast<publish_sink&>(no_sink);
-  admin_server admin(admin_options_of(cfg), admin_sink, &metrics);
+  if (revokes) register_revoke_metrics(metrics, revocations);
+  admin_options ao = admin_options_of(cfg);
+  if (revokes) ao.revoker = &*revokes;
+  admin_server admin(ao, admin_sink, &metrics);
   admin.start();
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
   log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),

@@ -13,6 +13,7 @@
 #include "pool/task_pool.hpp"
 #include "proto/jwt.hpp"
 #include "server/app/config.hpp"
+#include "server/base/revocation_list.hpp"
 #include "server/conn/app.hpp"
 #include "server/conn/connections.hpp"
 #include "server/conn/static_site.hpp"
@@ -40,6 +41,7 @@ struct shard_shared {
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
   rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too
   user_table* users = nullptr;  // with tokens: who is connected (--max-connections-per-user)
+  revocation_list* revoked = nullptr;  // with tokens: the users revoked lately (POST /disconnect)
 };
 
 class shard {

@@ -17,6 +17,7 @@
 #include "proto/jwt.hpp"
 #include "proto/topic.hpp"
 #include "server/base/options.hpp"
+#include "server/base/revocation_list.hpp"
 #include "server/base/user_table.hpp"
 #include "server/conn/app.hpp"
 #include <unordered_map>
@@ -39,6 +40,8 @@ class session final : public application, private bus_reply_handler {
   /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp). A long
   /// replay is sent while a connection has less than half of `max_pending_bytes` unsent.
   void use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pending_bytes) noexcept;
+  /// The users revoked lately: an in-band `auth` with a token they revoked is refused.
+  void use_revocations(const revocation_list* r) noexcept { _revoked = r; }
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
@@ -76,10 +79,12 @@ class session final : public application, private bus_reply_handler {
   void pace(std::uint64_t request, waiting_sub& w) noexcept;
   std::uint64_t room(conn_id c) const noexcept;
   bool within_rate(conn_id c) noexcept;
+  void revoke(revoke_order& o) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
   user_table* const _users;  // with tokens: each connection's user, left at its close
+  const revocation_list* _revoked = nullptr;
   const bool _expire_history;
   hub& _hub;
   fanout& _fanout;
