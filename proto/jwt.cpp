@@ -131,7 +131,7 @@ struct claims_store {
 
 constexpr jwt_result bad_claims_json = fail(jwt_error::bad_claims, "token claims are not a JSON object");
 
-/// A NumericDate claim (`exp`, `nbf`): seconds, a fraction rounded down.
+/// A NumericDate claim (`exp`, `nbf`, `iat`): seconds, a fraction rounded down.
 jwt_result read_seconds(sj::value v, std::int64_t& out, jwt_result bad) noexcept {
   sj::number n;
   if (v.get_number().get(n)) return bad;
@@ -164,7 +164,7 @@ jwt_result read_patterns(sj::value v, claims_store& store, grants_view& out) noe
   return {};
 }
 
-enum claim_bit : unsigned { c_exp = 1, c_sub = 2, c_topics = 4, c_pub = 8, c_nbf = 16 };
+enum claim_bit : unsigned { c_exp = 1, c_sub = 2, c_topics = 4, c_pub = 8, c_nbf = 16, c_iat = 32 };
 
 jwt_result read_claim(std::string_view key, sj::value v, claims_store& store, jwt_claims& out,
                       unsigned& seen) noexcept {
@@ -173,13 +173,15 @@ jwt_result read_claim(std::string_view key, sj::value v, claims_store& store, jw
                        : key == "topics" ? unsigned{c_topics}
                        : key == "pub"    ? unsigned{c_pub}
                        : key == "nbf"    ? unsigned{c_nbf}
+                       : key == "iat"    ? unsigned{c_iat}
                                          : 0u;
-  if (bit == 0) return {};  // iat, iss...: skipped (the token is signed: its JSON is the minter's)
+  if (bit == 0) return {};  // iss, aud...: skipped (the token is signed: its JSON is the minter's)
   if (seen & bit) return fail(jwt_error::bad_claims, "token repeats a claim");
   seen |= bit;
   switch (bit) {
     case c_exp: return read_seconds(v, out.exp, fail(jwt_error::bad_claims, "token exp is not a number of seconds"));
     case c_nbf: return read_seconds(v, out.nbf, fail(jwt_error::bad_claims, "token nbf is not a number of seconds"));
+    case c_iat: return read_seconds(v, out.iat, fail(jwt_error::bad_claims, "token iat is not a number of seconds"));
     case c_topics: return read_patterns(v, store, out.topics);
     case c_pub: return read_patterns(v, store, out.pub);
     default: break;

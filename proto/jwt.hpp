@@ -6,7 +6,8 @@
 /// A token is `header.payload.signature`, each part base64url without padding. The header must
 /// say `"alg":"HS256"`; the signature is HMAC-SHA256 over `header.payload` with the shared
 /// secret, compared in constant time. Claims: `exp` (unix seconds, required), `sub` (string,
-/// optional), `topics` and `pub` (arrays of grant patterns, see topic.hpp; optional, absent
+/// optional), `iat` (unix seconds, optional: a revoked user's tokens issued before the revoke are
+/// refused, server/base/revocation_list.hpp), `topics` and `pub` (arrays of grant patterns, see topic.hpp; optional, absent
 /// means nothing granted). Other claims are ignored.
 
 #include <cstddef>
@@ -106,6 +107,7 @@ struct jwt_claims {
   std::string_view sub;    // empty when the token has none
   std::int64_t exp = 0;    // unix seconds; a fractional exp is rounded down
   std::int64_t nbf = 0;    // unix seconds, 0 without the claim
+  std::int64_t iat = 0;    // unix seconds, 0 without the claim (what a revoke is compared with)
   grants_view topics;      // may subscribe to
   grants_view pub;         // may publish to
 };

@@ -25,7 +25,15 @@ enum class close_code : std::uint16_t {
   mandatory_extension = 1010,
   internal_error = 1011,
   try_again_later = 1013,
+  /// wspush's own (the application range): the user was revoked (POST /disconnect), sent with
+  /// the reason "revoked". The client must not reconnect with the same token.
+  revoked = 4403,
 };
+
+/// The reason wspush sends with `code` (empty for most).
+constexpr std::string_view close_reason(close_code code) noexcept {
+  return code == close_code::revoked ? std::string_view("revoked") : std::string_view{};
+}
 
 /// Longest close reason that fits in a control frame (125 - 2 bytes of code).
 inline constexpr std::size_t max_close_reason_size = 123;

@@ -28,7 +28,7 @@ namespace {
 
 constexpr std::string_view k_json = "application/json";
 
-enum class route : std::uint8_t { none, publish, publish_batch, metrics, healthz, readyz, presence };
+enum class route : std::uint8_t { none, publish, publish_batch, metrics, healthz, readyz, presence, disconnect };
 
 route find_route(std::string_view path) noexcept {
   if (path == "/publish") return route::publish;
@@ -37,6 +37,7 @@ route find_route(std::string_view path) noexcept {
   if (path == "/healthz") return route::healthz;
   if (path == "/readyz") return route::readyz;
   if (path == "/presence") return route::presence;
+  if (path == "/disconnect") return route::disconnect;
   return route::none;
 }
 
@@ -202,6 +203,7 @@ struct admin_api::state {
     return !tickets.empty() && tickets.size() + lines > opt.max_waiting_publishes;
   }
   respond_result refuse_busy(std::string& out, std::size_t lines, bool close);
+  respond_result disconnect(const proto::http_request& req, std::size_t readable, std::string& out, bool close);
   waiting_request& open_wait(std::uint64_t tag, bool batch, bool close);
   void add_entry(waiting_request& w, std::uint64_t tag, const publish_outcome& r);
   std::string bus_down_body();
@@ -450,6 +452,36 @@ admin_api::respond_result admin_api::state::publish_batch(const proto::http_requ
   return close ? respond_result::close : respond_result::keep_open;
 }
 
+/// `{"sub":"<user>"}`: the user is revoked (admin_api.hpp revoke_sink). 400 when the body is not
+/// such an object; a user with no connection is revoked all the same (`{"disconnected":0}`).
+admin_api::respond_result admin_api::state::disconnect(const proto::http_request& req, std::size_t readable,
+                                                       std::string& out, bool close) {
+  constexpr std::size_t max_sub_bytes = 1024;
+  const std::string_view json = req.body;
+  const char* p = json.data();
+  if (readable < json.size() + simdjson::SIMDJSON_PADDING) {
+    scratch.assign(json);
+    scratch.resize(json.size() + simdjson::SIMDJSON_PADDING, ' ');
+    p = scratch.data();
+  }
+  std::string_view why, sub;
+  simdjson::dom::element root;
+  simdjson::dom::object obj;
+  if (validator.parse(p, json.size(), false).get(root)) why = "malformed JSON";
+  else if (root.get_object().get(obj)) why = "body is not a JSON object";
+  else if (simdjson::dom::element v; obj.at_key("sub").get(v)) why = "sub missing";
+  else if (v.get_string().get(sub)) why = "sub is not a string";
+  else if (sub.empty() || sub.size() > max_sub_bytes) why = "sub must be a string of 1 to 1024 bytes";
+  if (!why.empty()) {
+    reply(out, 400, k_json, error_body("bad_request", why), close);
+  } else {
+    const std::uint32_t n = opt.revoker ? opt.revoker->revoke(sub) : 0;
+    text = "{\"disconnected\":" + std::to_string(n) + "}";
+    reply(out, 200, k_json, text, close);
+  }
+  return close ? respond_result::close : respond_result::keep_open;
+}
+
 admin_api::admin_api(admin_api_options o, publish_sink& sink, metrics_registry* metrics,
                      const std::atomic<bool>& draining)
     : _s(std::make_unique<state>(std::move(o), sink, metrics, draining)) {
@@ -480,7 +512,8 @@ void admin_api::respond_error(std::uint16_t status, std::string_view reason, std
 admin_api::head_verdict admin_api::screen(const proto::http_request& req, std::string& out) {
   state& s = *_s;
   const route r = find_route(req.path);
-  const bool is_publish = r == route::publish || r == route::publish_batch;
+  // /disconnect is a keyed POST with a body like the publishes.
+  const bool is_publish = r == route::publish || r == route::publish_batch || r == route::disconnect;
   const bool keyed = !s.opt.api_key.empty() && same_key(bearer_token(req.header("authorization")), s.opt.api_key);
   const bool needs_key = is_publish || r == route::presence;  // who is online is the backend's to know
   // An answer that leaves a body unread must close the connection: the body is never read.
@@ -516,6 +549,7 @@ admin_api::respond_result admin_api::respond(const proto::http_request& req, std
   switch (r) {
     case route::publish: return s.publish(req, body_readable, out, close, tag);
     case route::publish_batch: return s.publish_batch(req, body_readable, out, close, tag);
+    case route::disconnect: return s.disconnect(req, body_readable, out, close);
     case route::metrics:
       s.text.clear();
       if (s.metrics) s.metrics->render(s.text);

@@ -8,6 +8,7 @@
 /// |----------------------|--------|------|--------|
 /// | `/publish`           | POST   | yes  | 200 `{"id":"18"}`; 400/503/504 `{"error":...}` |
 /// | `/publish/batch`     | POST   | yes  | 200 `{"results":[{"id":"18"},{"error":"bad_request"},...]}` |
+/// | `/disconnect`        | POST   | yes  | 200 `{"disconnected":3}`: `{"sub":"u42"}` revoked, its connections here closed |
 /// | `/metrics`           | GET    | no   | 200 Prometheus text 0.0.4 |
 /// | `/healthz`           | GET    | no   | 200 `{"status":"ok"}` while the process serves (liveness) |
 /// | `/readyz`            | GET    | no   | 200 `{"status":"ready"}`; 503 `{"status":"draining"}`, `"bus_down"` or `"bus_stalled"` |
@@ -94,6 +95,15 @@ class publish_sink {
   virtual bool stalled() const noexcept { return false; }
 };
 
+/// Where POST /disconnect goes (server/app/revoker.hpp): revokes the user `sub` (its older
+/// tokens are refused, on every node) and closes its connections. Returns how many it closed
+/// in this process. Admin thread; it may wait briefly for the shards' count.
+class revoke_sink {
+ public:
+  virtual ~revoke_sink() = default;
+  virtual std::uint32_t revoke(std::string_view sub) noexcept = 0;
+};
+
 struct admin_api_options {
   std::string api_key;  // empty: the publish endpoints are open (the listener is loopback by default)
   /// Publishes (lines) that may wait for the bus at once; a request that would take more is
@@ -102,6 +112,7 @@ struct admin_api_options {
   /// GET /presence: writes the topic's presence as JSON into `body` and returns the status
   /// (200, or 404 where the topic's namespace keeps none). Empty: no topic keeps presence.
   std::function<std::uint16_t(std::string_view topic, bool count_only, std::string& body)> presence;
+  revoke_sink* revoker = nullptr;  // null: /disconnect closes nothing (no users: echo or broadcast mode)
 };
 
 class admin_api {

@@ -123,7 +123,7 @@ class admin_server::loop final : public io_handler {
        std::unique_ptr<io_backend> io, int listen_fd, std::shared_ptr<settled_queue> settled)
       : _opt(o),
         _sink(sink),
-        _api(admin_api_options{o.api_key, o.max_waiting_publishes, o.presence}, sink, metrics, draining),
+        _api(admin_api_options{o.api_key, o.max_waiting_publishes, o.presence, o.revoker}, sink, metrics, draining),
         _io(std::move(io)),
         _settled(std::move(settled)),
         _listen_fd(listen_fd),

@@ -48,6 +48,7 @@ namespace wspush::server {
 struct admin_options {
   std::string listen = "127.0.0.1:8081";  // --admin-listen; port 0 picks a free one (see port())
   std::string api_key;                    // --api-key; empty: publish endpoints need none
+  revoke_sink* revoker = nullptr;         // POST /disconnect (admin_api.hpp)
   std::uint32_t max_body_bytes = 1u << 20;   // --max-body-bytes: larger bodies get 413
   std::uint32_t max_head_bytes = 8192;       // request line and headers: larger get 431
   std::uint32_t max_connections = 256;

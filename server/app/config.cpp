@@ -277,6 +277,13 @@ const std::vector<option>& options() {
        "most 10000 per topic and window (past them a publish is not remembered); embedded, at most 131072 in the "
        "process (past them the oldest are forgotten)",
        SECS("idempotency-window", idempotency_window)},
+      {"revocation-ttl", "SECONDS",
+       "a user revoked with POST /disconnect is remembered this long: its tokens issued no later than the revoke "
+       "(iat, or none) are refused at the upgrade (401) and in an in-band auth; with --bus=redis://... the list is "
+       "kept in Redis for every node (0: no list, a revoke only closes connections)",
+       U32("revocation-ttl", revocation_ttl, 0, 31'536'000)},
+      {"max-revocations", "N", "revoked users remembered at most; past it the oldest revoke is forgotten first",
+       U32("max-revocations", max_revocations, 1, 100'000'000)},
       {"history-max-bytes", "N", "memory cap of the whole history (its blocks and bookkeeping as held in the heap); past it the oldest events go first",
        [](const config& c) { return std::to_string(c.history_max_bytes); },
        [](config& c, std::string_view v) {

@@ -52,6 +52,8 @@ struct config {
   // within it, and it bounds what the keys cost (as long as the default history: a retry of an
   // event still in the history is caught).
   double idempotency_window = 300;
+  std::uint32_t revocation_ttl = 3600;     // POST /disconnect: how long a revoked user's older tokens are refused (0: off)
+  std::uint32_t max_revocations = 100000;  // revoked users remembered (the oldest forgotten first)
   unsigned pool_workers = 1;       // initial
   unsigned pool_max_workers = 0;   // 0: cores
   unsigned pool_queue = 4096;

@@ -21,6 +21,7 @@
 #include "server/app/config.hpp"
 #include "server/app/hub_sink.hpp"
 #include "server/app/metrics_wiring.hpp"
+#include "server/app/revoker.hpp"
 #include "server/app/shard.hpp"
 #include "server/base/log.hpp"
 #include "server/bus/redis_bus.hpp"
@@ -214,6 +215,8 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.wait_replicas = cfg.redis_wait_replicas;
   o.wait_ms = cfg.redis_wait_ms;
   o.idempotency_window = cfg.idempotency_window;
+  o.revocation_ttl = cfg.revocation_ttl;
+  o.max_revocations = cfg.max_revocations;
   std::string where;
   for (const auto& t : o.targets) where += (where.empty() ? "" : ", ") + t.describe();
   if (!o.master_name.empty()) {
@@ -263,6 +266,8 @@ int run(const config& cfg, int argc, char** argv) {
     shared.ns = &ns;
     shared.presence = &*presence;
   }
+  revocation_list revocations(cfg.revocation_ttl, cfg.max_revocations);
+  if (tokens && cfg.mode == app_mode::pubsub && revocations.enabled()) shared.revoked = &revocations;
   std::vector<std::unique_ptr<shard>> shards;
   std::vector<shard*> shard_ptrs;
   std::vector<wspush::server::pubsub::event_port*> ports;
@@ -272,8 +277,13 @@ int run(const config& cfg, int argc, char** argv) {
     if (shards.back()->port()) ports.push_back(shards.back()->port());
   }
   if (hub) hub->attach(ports);
+  std::optional<revoker> revokes;  // POST /disconnect
+  if (cfg.mode == app_mode::pubsub) revokes.emplace(revocations, shared.users, ports, bus.get());
   if (bus) {
     bus->attach(ports);
+    if (revokes) bus->set_revoke_handler([&r = *revokes](std::string_view sub, std::int64_t at, bool loaded) {
+      r.heard(sub, at, loaded);
+    });
     std::string why;
     if (!bus->start(why)) {
       log(log_level::error, "cannot start the bus: %s", why.c_str());
@@ -309,6 +319,8 @@ int run(const config& cfg, int argc, char** argv) {
     ao.presence = [&](std::string_view topic, bool count_only, std::string& body) {
       return wspush::server::pubsub::render_presence(*presence, ns, shared.users, topic, count_only, body);
     };
+  if (revokes) register_revoke_metrics(metrics, revocations);
+  if (revokes) ao.revoker = &*revokes;
   admin_server admin(ao, admin_sink, &metrics);
   admin.start();
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());

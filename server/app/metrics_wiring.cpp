@@ -1,5 +1,7 @@
 #include "server/app/metrics_wiring.hpp"
 
+#include <ctime>
+
 #include <functional>
 
 namespace wspush::server {
@@ -49,6 +51,7 @@ void register_conn_series(metrics_registry& m, const std::vector<shard*>& shards
       {"error", &conn_counters::upgrades_error},
       {"rate_limited", &conn_counters::upgrades_rate_limited},
       {"user_limit", &conn_counters::upgrades_user_limit},
+      {"revoked", &conn_counters::upgrades_revoked},
   };
   for (const auto& [result, member] : upgrades)
     m.add_counter_fn("wspush_upgrades_total", conn_sum(shards, member), {}, {{"result", result}});
@@ -164,6 +167,7 @@ void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& sha
   m.add_counter_fn("wspush_client_errors_total", pubsub_sum(shards, &pc::client_errors));
   m.add_counter_fn("wspush_client_messages_rate_limited_total", pubsub_sum(shards, &pc::client_rate_limited));
   m.add_counter_fn("wspush_token_expired_closes_total", pubsub_sum(shards, &pc::token_expired_closes));
+  m.add_counter_fn("wspush_revoked_connections_total", pubsub_sum(shards, &pc::revoked_closes));
   m.add_gauge_fn("wspush_topics", pubsub_sum(shards, &pc::topics));
   m.add_gauge_fn("wspush_subscriptions", pubsub_sum(shards, &pc::subscriptions));
   m.add_gauge_fn("wspush_history_messages", [h] { return double(h->events().stats().entries); });
@@ -192,6 +196,10 @@ void register_process_metrics(metrics_registry& m, const std::vector<shard*>& sh
   register_conn_series(m, shards);
   register_lag_series(m, shards);
   register_pool_series(m, tasks);
+}
+
+void register_revoke_metrics(metrics_registry& m, revocation_list& list) {
+  m.add_gauge_fn("wspush_revocations", [&list] { return double(list.size(std::int64_t(std::time(nullptr)))); });
 }
 
 }  // namespace wspush::server

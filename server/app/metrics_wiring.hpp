@@ -25,5 +25,7 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
 /// With --tls-cert: the TLS handshake results.
 void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards);
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub);
+/// The revocation list's size (POST /disconnect).
+void register_revoke_metrics(metrics_registry& m, revocation_list& list);
 
 }  // namespace wspush::server

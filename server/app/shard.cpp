@@ -28,6 +28,7 @@ shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(list
                                                      cfg.conn.max_message_bytes, index == 0, s.users);
     if (s.bus) session->use_bus(*s.bus, std::uint32_t(index), cfg.conn.max_pending_bytes);
     if (s.presence) session->use_presence(*s.ns, *s.presence);
+    session->use_revocations(s.revoked);
     _app = std::move(session);
   }
 }
@@ -57,6 +58,7 @@ bool shard::start(std::string& why, bool& fell_back) noexcept {
     why = e.what();
     return false;
   }
+  _upgrades->set_revocations(_s.revoked);
   _conns->set_upgrade_runner(*_upgrades);
   if (_s.site) _conns->set_static_site(*_s.site);
   if (_s.deflate) _conns->set_compression(*_s.deflate);

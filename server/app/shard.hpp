@@ -13,6 +13,7 @@
 #include "pool/task_pool.hpp"
 #include "proto/jwt.hpp"
 #include "server/app/config.hpp"
+#include "server/base/revocation_list.hpp"
 #include "server/conn/app.hpp"
 #include "server/conn/connections.hpp"
 #include "server/conn/static_site.hpp"
@@ -44,6 +45,7 @@ struct shard_shared {
   user_table* users = nullptr;  // with tokens: who is connected (--max-connections-per-user)
   const pubsub::namespaces* ns = nullptr;     // with presence: the options of each kind of topic
   pubsub::presence_table* presence = nullptr;  // null: no topic keeps presence (nor join/leave)
+  revocation_list* revoked = nullptr;  // with tokens: the users revoked lately (POST /disconnect)
 };
 
 class shard {

@@ -73,7 +73,16 @@ class user_table {
   bool is(std::uint32_t id, std::string_view sub) const noexcept {
     if (id == nobody) return sub.empty();
     std::lock_guard lock(_m);
-    return *_users[id - 1].name == sub;
+    if (id > _users.size()) return false;
+    const std::string* name = _users[id - 1].name;  // null: the number is free now
+    return name && *name == sub;
+  }
+  /// The number of `sub` while it has a connection; else nobody.
+  std::uint32_t id_of(std::string_view sub) const {
+    if (sub.empty()) return nobody;
+    std::lock_guard lock(_m);
+    auto it = _ids.find(sub);
+    return it == _ids.end() ? nobody : it->second;
   }
 
   /// Users with at least one connection, and connections of `sub` (for tests and metrics).

@@ -512,6 +512,7 @@ void redis_bus::handle(request& r) noexcept {
     case request::more: return handle_more(r.shard, r.sub_request, r.room);
     case request::client_pub:
     case request::admin_pub: return gather_publish(r), send_publishes();
+    case request::revoke: return handle_revoke(std::move(r.topic), std::int64_t(r.tag));
   }
 }
 

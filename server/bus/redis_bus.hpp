@@ -101,7 +101,15 @@ struct redis_bus_options {
   /// --idempotency-window: a publish whose idempotency key was published on the topic this
   /// recently is not published again (wspush.lua remembers the keys, in the topic's slot).
   double idempotency_window = 300;
+  /// --revocation-ttl (0: off), --max-revocations: the revocation list kept in Redis too
+  /// (revokes, redis_bus_revoke.cpp).
+  std::uint32_t revocation_ttl = 3600;
+  std::uint32_t max_revocations = 100000;
 };
+
+/// A revoke heard from Redis (bus thread): another node's (`loaded` false), or one read from
+/// the list in Redis when the bus came up (`loaded`). `at` in unix seconds.
+using revoke_handler = std::function<void(std::string_view sub, std::int64_t at, bool loaded)>;
 
 struct redis_bus_counters {
   relaxed_counter events_in;       ///< publishes received from Redis (one per publish and node)
@@ -192,6 +200,13 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   /// spent either way. Past the wait: unknown when it was handed to Redis, else unavailable
   /// (withdrawn: it is never sent).
   bus_publish publish_collect(std::uint64_t ticket, std::string& id, std::chrono::milliseconds timeout);
+
+  /// Start-up, before start(): where revokes heard from Redis go.
+  void set_revoke_handler(revoke_handler h) { _on_revoke = std::move(h); }
+  /// Any thread: a revoke made on this node (POST /disconnect), for every other node: recorded
+  /// in Redis's revocation list and announced on the control channel. Made while the Redis
+  /// that keeps them is away, it is sent once it is back.
+  void revoke(std::string_view sub, std::int64_t at) noexcept;
 
   const redis_bus_counters& counters() const noexcept { return _n; }
   /// How many Redis the bus spans, each one's address, and whether it is up (any thread). 0
@@ -307,6 +322,15 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void announce_lost(const std::string& topic) noexcept;
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
+  // Revokes (redis_bus_revoke.cpp).
+  bool revokes_shared() const noexcept;
+  bool control_home(const instance& in) const noexcept;
+  void subscribe_control(instance& in) noexcept;
+  void handle_revoke(std::string sub, std::int64_t at) noexcept;
+  bool send_revoke(instance& in, const std::string& sub, std::int64_t at) noexcept;
+  void control_up(instance& in) noexcept;
+  void revocations_loaded(const resp::reply* r) noexcept;
+  void control_message(std::string_view payload) noexcept;
   void handle_more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept;
   void send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept;
   pool::frame_ref lost_frame(std::string_view topic) noexcept;
@@ -406,6 +430,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   publish_notify _notify;
   std::vector<std::uint64_t> _settled;  // bus thread: tickets settled this turn, told at its end
   std::atomic<std::thread::id> _bus_thread{};  // whose notify_settled calls are batched
+  revoke_handler _on_revoke;
+  std::deque<std::pair<std::string, std::int64_t>> _unsent_revokes;  // made while the control's Redis was away
   simdjson::dom::parser _json;
   std::string _scratch;
   redis_bus_counters _n;

@@ -51,6 +51,7 @@ void redis_bus::ready_check(instance& in) noexcept {
     if (ts.state == topic_state::active && ts.needs_catchup) start_catchup(t);
   }
   unpark_ready();
+  control_up(in);
   if (in.ever_up) _n.reconnects.add();
   log(log_level::info, "bus: %s to %s (%zu topics subscribed)", in.ever_up ? "reconnected" : "connected",
       where(in).c_str(), held);
@@ -206,6 +207,7 @@ void redis_bus::setup_command_link(instance& in) noexcept {
 /// AUTH, then this node's channel and every topic a shard holds on this Redis, in batches.
 void redis_bus::setup_subscriber_link(instance& in) noexcept {
   send_auth(in.sub, in);
+  subscribe_control(in);  // before the node's channel: subscribed once that one is confirmed
   const char* verb = _o.cluster ? "SSUBSCRIBE" : "SUBSCRIBE";
   const char* argv[] = {verb, in.node_channel.c_str()};
   std::size_t lens[] = {std::strlen(verb), in.node_channel.size()};

@@ -38,6 +38,8 @@ inline constexpr std::size_t max_instances = 1024;      // masters a cluster may
 inline constexpr std::uint32_t map_every_ticks = 100;   // a cluster's map asked again every 5 s
 inline constexpr std::string_view topic_prefix = "wspush:topic:";
 inline constexpr std::string_view node_prefix = "wspush:node:";
+inline constexpr std::string_view control_channel = "wspush:control";  // revokes, to every node
+inline constexpr std::string_view revocations_key = "wspush:revocations";  // sorted set: sub by revoke time
 inline constexpr std::size_t channels_per_command = 1000;
 inline constexpr std::size_t full_sub_batch = 64;          // (un)subscribes that go at once (send_batches)
 inline constexpr std::size_t max_backlog = 1 << 16;      // events kept per shard while its inbox is full
@@ -151,9 +153,9 @@ struct redis_bus::waiter {
 };
 
 struct redis_bus::request {
-  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more } kind = sub;
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more, revoke } kind = sub;
   std::uint32_t shard = 0;
-  std::uint64_t tag = 0;  // client_pub: the session's tag
+  std::uint64_t tag = 0;  // client_pub: the session's tag; revoke: when (unix seconds), `topic` the sub
   std::string topic, data;
   std::unique_ptr<pubsub::bus_sub> s;
   std::shared_ptr<waiter> w;
@@ -176,7 +178,8 @@ struct redis_bus::batched_pub {
 };
 
 struct redis_bus::op {
-  enum kind_t : std::uint8_t { setup, role, epoch, replay, publishes, wait, marker, mark, node_bytes, slots, sentinel_addr, other };
+  enum kind_t : std::uint8_t { setup, role, epoch, replay, publishes, wait, marker, mark, node_bytes, slots, sentinel_addr,
+                               revoke, revocations, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;

@@ -267,8 +267,10 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         drop_pending(o->pid);
       }
       return;
+    case op::revocations: return revocations_loaded(r);
     case op::slots:  // answered above
     case op::sentinel_addr:
+    case op::revoke:
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;
@@ -388,6 +390,10 @@ void redis_bus::settle_pub(batched_pub& b, bus_publish result, std::string_view 
 void redis_bus::on_sub_message(instance& in, const resp::reply* r) noexcept {
   if (r == nullptr || r->type != resp::reply_type::array || r->elements < 3) return;
   std::string_view kind = str(r->element[0]), channel = str(r->element[1]);
+  if (channel == control_channel && revokes_shared()) {  // revokes (redis_bus_revoke.cpp)
+    if (kind == "message") control_message(str(r->element[2]));
+    return;
+  }
   if (_o.cluster && kind.substr(0, 1) == "s") kind.remove_prefix(1);  // the sharded twins: smessage, ssubscribe, ...
   // This node's own channel there; under Redis Cluster any it had (a mark or marker sent on
   // the one before its slot moved still counts).

@@ -14,7 +14,7 @@ struct conn_counters {
   relaxed_counter messages_in_compressed;  // permessage-deflate messages inflated
   // upgrades by result
   relaxed_counter upgrades_ok, upgrades_bad_request, upgrades_unauthorized, upgrades_over_capacity,
-      upgrades_timeout, upgrades_error, upgrades_rate_limited, upgrades_user_limit;
+      upgrades_timeout, upgrades_error, upgrades_rate_limited, upgrades_user_limit, upgrades_revoked;
   relaxed_counter in_state[conn_state_count];  // connections by state (free is not counted)
   relaxed_counter streams_opened, streams_open;  // event streams (sse_phase): total, and now open
   relaxed_counter lifetime_closes;  // closed 1001 at --max-connection-lifetime

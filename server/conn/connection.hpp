@@ -73,6 +73,7 @@ struct upgrade_job {
   // http_phase::on_upgraded.
   user_table* users = nullptr;
   std::uint32_t user = user_table::nobody;
+  bool revoked = false;        // refused (401) for a revoked user's token (revocation_list)
   std::uint16_t status = 500;  // the worker's verdict: 101, or the HTTP status to answer
   const char* reason = "";     // static text for the error body
   std::uint32_t reason_len = 0;

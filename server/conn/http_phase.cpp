@@ -201,6 +201,10 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
     const int n = std::snprintf(header, sizeof header, "Retry-After: %u\r\n", unsigned(5 + next_random(_rand) % 26));
     return answer(slot, 429, {j.reason, j.reason_len}, {header, std::size_t(n)});
   }
+  if (j.revoked) {  // a 401 like any bad token's, counted as what it is
+    _c.counters_mut().upgrades_revoked.add();
+    return respond(slot, j.status, {j.reason, j.reason_len}, {}, "text/plain");
+  }
   if (j.status != 101) return answer(slot, j.status, {j.reason, j.reason_len});
   auto text = [&](std::uint32_t at, std::uint32_t len) {
     return std::string_view(reinterpret_cast<const char*>(job.tail()) + at, len);

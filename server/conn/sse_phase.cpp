@@ -8,6 +8,7 @@
 #include <random>
 
 #include "proto/sse.hpp"
+#include "proto/ws_close.hpp"
 #include "proto/ws_frame.hpp"
 #include "server/base/random.hpp"
 #include "server/conn/app.hpp"
@@ -123,6 +124,11 @@ pool::frame_ref sse_phase::render(std::uint32_t slot, const pool::frame_ref& fra
     switch (proto::opcode(h.header.raw_opcode)) {
       case proto::opcode::ping: ok = emit_raw(":\n\n"); break;  // the keepalive: a comment
       case proto::opcode::close: {  // whatever the reason, the stream ends: when to come back
+        // A revoked user's stream says so first, as a refusal (its token will not do again).
+        const auto why = proto::parse_close_payload(payload);
+        if (why.ok && why.info.has_code && why.info.code == std::uint16_t(proto::close_code::revoked) &&
+            !emit("refused", {}, R"({"op":"error","code":"revoked"})"))
+          return {};
         char line[32];
         const int n = std::snprintf(line, sizeof line, "retry: %u\n\n", unsigned(retry_ms()));
         ok = emit_raw({line, std::size_t(n)});

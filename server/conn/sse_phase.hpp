@@ -4,7 +4,7 @@
 // WebSocket client would send (the topics, and `since` from Last-Event-ID or ?since=), and
 // every message the application queues for it leaves as an event (proto/sse.hpp) instead of a
 // frame: events with `id:` the stream's positions, replies as named events (`subbed`, `lost`;
-// `error` as `refused`, not to be taken for EventSource's own `error`), the keepalive as a comment line, a close as `retry:` (spread at random, so a drain
+// `error` as `refused`, not to be taken for EventSource's own `error`), the keepalive as a comment line, a close as `retry:` (a revoke's, 4403, after a `refused` event with code `revoked`) (spread at random, so a drain
 // does not bring every browser back at once) and the end of the response.
 //
 // An idle stream of one topic keeps nothing here: its event id is the event's own id. A stream

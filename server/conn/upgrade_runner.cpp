@@ -24,13 +24,19 @@ void refuse(upgrade_job& j, std::uint16_t status, std::string_view reason) noexc
 
 /// A valid, unexpired HS256 token from the query or the cookie, whose grants and expiry are
 /// appended to the job (the block may move). False with the job's status set when refused.
-bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job, user_table* users) noexcept {
+bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job, user_table* users,
+                 const revocation_list* revoked) noexcept {
   std::string_view token = text_of(job, job->token_at, job->token_len);
   if (token.empty()) return refuse(*job, 401, "missing token (?token= or cookie wspush_token)"), false;
   char storage[proto::jwt_claims_storage_bytes];
   proto::jwt_claims claims;
-  auto r = tokens.verify(token, std::int64_t(std::time(nullptr)), storage, claims);
+  const auto now = std::int64_t(std::time(nullptr));
+  auto r = tokens.verify(token, now, storage, claims);
   if (!r.ok()) return refuse(*job, 401, r.message), false;
+  if (revoked && revoked->revoked(claims.sub, claims.iat, now)) {
+    job->revoked = true;  // counted apart from other bad tokens
+    return refuse(*job, 401, "token revoked"), false;
+  }
   if (users) {
     if (!users->join(claims.sub, job->user))
       return refuse(*job, 429, "this user has as many connections open as this node allows\n"), false;
@@ -76,8 +82,9 @@ void finish_stream(upgrade_job_ref& job, bool checked) noexcept {
 
 }  // namespace
 
-void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job, user_table* users) noexcept {
-  if (tokens && !check_token(*tokens, job, users)) return;
+void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job, user_table* users,
+                    const revocation_list* revoked) noexcept {
+  if (tokens && !check_token(*tokens, job, users, revoked)) return;
   if (job->sse) return finish_stream(job, tokens != nullptr);
   upgrade_job& j = *job;
   std::size_t n = proto::encode_switching_protocols(text_of(job, j.key_at, j.key_len),
@@ -102,7 +109,7 @@ bool pool_upgrade_runner::run(upgrade_job_ref&& job) noexcept {
     pool_upgrade_runner* self;
     upgrade_job_ref job;
     void operator()() noexcept {
-      finish_upgrade(self->_tokens, job, self->_users);
+      finish_upgrade(self->_tokens, job, self->_users, self->_revoked);
       // The inbox has room for every job that can be out; it refuses only once the loop has
       // stopped, and then the connection is gone anyway (the job is dropped with the task).
       [[maybe_unused]] bool posted = self->_done.post(std::move(job));

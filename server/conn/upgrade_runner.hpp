@@ -9,6 +9,7 @@
 
 #include "pool/task_pool.hpp"
 #include "proto/jwt.hpp"
+#include "server/base/revocation_list.hpp"
 #include "server/conn/connection.hpp"
 #include "server/reactor/inbox.hpp"
 
@@ -28,7 +29,9 @@ class upgrade_runner {
 /// The worker's part, on its own (tests call it inline): checks the token (none when `tokens`
 /// is null) and writes the 101 response; sets job->status.
 /// With `users`, the token's `sub` is counted there (429 past --max-connections-per-user).
-void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job, user_table* users = nullptr) noexcept;
+/// With `revoked`, a token of a user revoked since it was issued is refused 401 (job->revoked).
+void finish_upgrade(const proto::jwt_verifier* tokens, upgrade_job_ref& job, user_table* users = nullptr,
+                    const revocation_list* revoked = nullptr) noexcept;
 
 /// The real runner: jobs on the task pool, back through an inbox of the shard's loop.
 class pool_upgrade_runner final : public upgrade_runner {
@@ -39,11 +42,14 @@ class pool_upgrade_runner final : public upgrade_runner {
                       inbox_consumer<upgrade_job_ref>& done, user_table* users = nullptr);
   bool run(upgrade_job_ref&& job) noexcept override;
   bool retry() noexcept override;
+  /// Start-up: the revoked users (POST /disconnect), whose older tokens are refused.
+  void set_revocations(const revocation_list* r) noexcept { _revoked = r; }
 
  private:
   pool::task_pool& _tasks;
   const proto::jwt_verifier* _tokens;
   user_table* _users;
+  const revocation_list* _revoked = nullptr;
   inbox<upgrade_job_ref> _done;
   std::vector<pool::task_pool::task> _held;  // jobs no worker had room for, oldest first
 };

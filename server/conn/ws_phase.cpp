@@ -290,8 +290,8 @@ void ws_phase::close_on_error(std::uint32_t slot, proto::close_code code) noexce
 void ws_phase::start_close(std::uint32_t slot, proto::close_code code, bool linger) noexcept {
   connection& c = _c.at(slot);
   if (c.state != conn_state::open) return;
-  std::uint8_t payload[2];
-  std::size_t n = proto::encode_close_payload(code, {}, payload);
+  std::uint8_t payload[2 + 16];
+  std::size_t n = proto::encode_close_payload(code, proto::close_reason(code), payload);
   _c.set_state(slot, conn_state::closing);
   queue_close(slot, {payload, n});
   if (c.state != conn_state::closing) return;  // it could not be queued: the connection is gone

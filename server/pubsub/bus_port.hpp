@@ -19,6 +19,7 @@
 
 #include "pool/shared_frame.hpp"
 #include "server/conn/app.hpp"
+#include "server/pubsub/revoke.hpp"
 
 namespace wspush::server::pubsub {
 
@@ -43,8 +44,11 @@ struct bus_sub {
 /// brings the next page (replay_more), or, once every page is out, replay_done with the live
 /// events kept aside meanwhile, newer than the replay: then the connection joins. A sub_failed
 /// may come instead of any of them.
+///
+/// `revoke` is no answer of the bus but travels the same way, with either bus: a revoked user's
+/// connections are to be closed on the shard (revoke.hpp).
 struct bus_reply {
-  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done, replay_more, replay_done } kind = subbed;
+  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done, replay_more, replay_done, revoke } kind = subbed;
   bool more = false;                     ///< subbed: pages follow (replay_more ..., replay_done)
   bool maybe = false;                    ///< pub_failed: sent, and no answer came: it may have been published
   conn_id conn = 0;
@@ -58,6 +62,7 @@ struct bus_reply {
   std::string pub_topic;                 ///< pub_failed: the topic of the pub
   std::uint64_t pub_tag = 0;             ///< pub_failed: the tag the session gave it
   std::vector<std::uint64_t> done_tags;  ///< pubs_done: the tags of pubs Redis took
+  revoke_share revoked;                  ///< revoke: the shard's share of the order
 };
 
 /// Receives the bus's replies on the shard's thread (the session).

@@ -30,6 +30,7 @@ struct pubsub_counters {
   relaxed_counter client_pubs_ok, client_pubs_forbidden, client_pubs_unavailable;
   relaxed_counter client_pubs_timeout;  // Redis bus: sent, no answer (the link broke): may have been published
   relaxed_counter client_errors, token_expired_closes;
+  relaxed_counter revoked_closes;  // connections closed 4403: their user was revoked (POST /disconnect)
   relaxed_counter client_rate_limited;  // messages refused past --client-message-rate
   relaxed_counter joins, leaves;        // join/leave events announced
   relaxed_counter presence_failures;    // presence not counted, or join/leave not announced (no memory, crowded)

@@ -17,6 +17,7 @@
 #include "proto/jwt.hpp"
 #include "proto/topic.hpp"
 #include "server/base/options.hpp"
+#include "server/base/revocation_list.hpp"
 #include "server/base/user_table.hpp"
 #include "server/conn/app.hpp"
 #include <unordered_map>
@@ -48,6 +49,8 @@ class session final : public application, private bus_reply_handler {
     _ns = &ns;
     _presence = &table;
   }
+  /// The users revoked lately: an in-band `auth` with a token they revoked is refused.
+  void use_revocations(const revocation_list* r) noexcept { _revoked = r; }
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
@@ -90,10 +93,12 @@ class session final : public application, private bus_reply_handler {
   void pace(std::uint64_t request, waiting_sub& w) noexcept;
   std::uint64_t room(conn_id c) const noexcept;
   bool within_rate(conn_id c) noexcept;
+  void revoke(revoke_order& o) noexcept;
 
   const session_options& _o;
   const proto::jwt_verifier* const _tokens;
   user_table* const _users;  // with tokens: each connection's user, left at its close
+  const revocation_list* _revoked = nullptr;
   const bool _expire_history;
   hub& _hub;
   fanout& _fanout;

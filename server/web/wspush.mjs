@@ -21,7 +21,9 @@
 //   when it has heard nothing for heartbeatTimeout;
 // - refreshes its token in-band ({"op":"auth"}) at a jittered point late in the token's life;
 //   a 1008 close (with a token) or a refused upgrade makes it ask getToken once, and if that
-//   fails it stops with "auth_failed";
+//   fails it stops with "auth_failed"; so does a revoke (close 4403 "revoked", or a stream's
+//   `refused` event with code "revoked"): the same token is never tried again, and without
+//   getToken the client stops with "auth_failed" at once;
 // - sends a `sub` refused with `unavailable` (the server's bus could not take it: Redis away)
 //   again after a full-jitter delay from a window of 0.5 s doubling to 30 s, for the topics the
 //   page still wants, until one is answered `subbed` (which resets the window) or the connection
@@ -59,6 +61,7 @@
 const CLOSE_NORMAL = 1000;
 const CLOSE_GOING_AWAY = 1001;
 const CLOSE_POLICY = 1008;
+const CLOSE_REVOKED = 4403; // the user was revoked: this token will not do again
 const CLOSE_TRY_LATER = 1013;
 
 const FALLBACK_AFTER = 3;          // WebSocket tries failed in a row (none ever open) before streams
@@ -316,6 +319,7 @@ class WsPush {
       // A 1008 is about the token only when there is one; without, it was for something the
       // connection sent (the server's limit of refusals in a row): a new connection is the cure.
       const policy = ev.code === CLOSE_POLICY;
+      if (ev.code === CLOSE_REVOKED) return this._renewThenReconnect();
       if ((policy && this._token) || refused || (!opened && expired)) return this._renewThenReconnect();
       // A connection that was open is lost: its whole fleet may have lost it at once, so even the
       // first try waits a draw from a 2 s window; a server that is draining or overloaded asked
@@ -431,6 +435,17 @@ class WsPush {
         if (m.topics && m.topics.length) this._emit("lost", m.topics);
         return;
       case "error": {
+        if (m.code === "revoked") {
+          // The user was revoked, and the server ends every stream of it: none is reopened
+          // with this token (EventSource would), a fresh one is asked for first.
+          this._closeStreams();
+          this._stopProbe();
+          this._clearTimers();
+          this._forgetConnection();
+          if (this._closedByUser) return this._setState("closed");
+          this._emit("error", { code: m.code });
+          return this._renewThenReconnect();
+        }
         // The stream's sub was refused, and the server ends the stream: close it here (or
         // EventSource would reopen it), and retry `unavailable` later as over WebSocket.
         this._dropStream(s);
@@ -516,7 +531,7 @@ class WsPush {
     }, wait);
   }
 
-  /// The token was refused (1008, 401) or has expired: ask for a fresh one once. Without one,
+  /// The token was refused (1008, 401), revoked (4403) or has expired: ask for a fresh one once. Without one,
   /// or if the fresh one is refused too, stop: reconnecting would only be refused again.
   async _renewThenReconnect() {
     const getToken = this._opts.getToken;

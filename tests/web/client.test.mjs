@@ -912,6 +912,41 @@ test('on event streams the token is refreshed by reopening the stream before exp
   c.close();
 });
 
+test('a revoked user (close 4403, a stream\'s refused "revoked"): a fresh token first with getToken, else auth_failed at once', async () => {
+  const server = await start({ jwtSecret: SECRET });
+  const url = `ws://127.0.0.1:${server.port}/ws`;
+  const old = mint({ sub: 'u-revoked', iat: nowS() - 5, exp: nowS() + 3600, topics: ['mailbox:71'] });
+  // Issued after the revoke (its second is refused too: iat not after it).
+  const fresh = () => mint({ sub: 'u-revoked', iat: nowS() + 1, exp: nowS() + 3600, topics: ['mailbox:71'] });
+  let asked = 0;
+  const getToken = async () => { asked++; return fresh(); };
+  const ws = client(url, { token: old, baseDelay: 20, getToken });
+  const wsBare = client(url, { token: old, baseDelay: 20 });
+  const sse = client(url, { transport: 'sse', EventSource: NodeEventSource, token: old, baseDelay: 20, getToken });
+  const sseBare = client(url, { transport: 'sse', EventSource: NodeEventSource, token: old, baseDelay: 20 });
+  const seen = [ws, wsBare, sse, sseBare].map(transports);
+  const errors = [];
+  sseBare.on('error', (e) => errors.push(e));
+  for (const c of [ws, wsBare, sse, sseBare]) c.subscribe('mailbox:71', () => {});
+  await until(() => [ws, wsBare, sse, sseBare].every((c) => c.topicState('mailbox:71') === 'subscribed'), 'all subscribed');
+  const r = await fetch(`http://127.0.0.1:${server.adminPort}/disconnect`, { method: 'POST', body: JSON.stringify({ sub: 'u-revoked' }) });
+  assert.equal(r.status, 200);
+  assert.deepEqual(await r.json(), { disconnected: 4 });
+  await until(() => seen[1].includes('auth_failed/websocket') && seen[3].includes('auth_failed/sse'), 'both without getToken to stop');
+  await until(() => ws.state === 'open' && sse.state === 'open' && asked === 2, 'both with getToken to reopen');
+  // Without getToken: stopped at once, the revoked token never tried again (no reconnecting).
+  assert.deepEqual(seen[1], ['connecting/websocket', 'open/websocket', 'auth_failed/websocket']);
+  assert.deepEqual(seen[3], ['connecting/sse', 'open/sse', 'auth_failed/sse']);
+  assert.deepEqual(errors, [{ code: 'revoked' }]);
+  // With it: asked first, so the revoked token was refused at no upgrade either.
+  assert.equal(await metric(server, 'wspush_upgrades_total{result="revoked"}'), 0);
+  assert.equal(await metric(server, 'wspush_revoked_connections_total'), 4);
+  assert.notEqual(ws._token, old);
+  assert.notEqual(sse._token, old);
+  ws.close();
+  sse.close();
+});
+
 test('the server serves this source as /wspush.mjs, and /wspush.js as a script', async () => {
   const server = await start();
   const source = readFileSync(new URL('../../server/web/wspush.mjs', import.meta.url), 'utf8');

@@ -221,6 +221,17 @@ TEST_CASE("jwt: nbf in the future is refused, with a small leeway for clock skew
   CHECK(error_of(mint(R"({"exp":1,"nbf":1800000000})")) == jwt_error::expired);
 }
 
+TEST_CASE("jwt: iat is read (what a revoke is compared with), 0 without it", "[jwt]") {
+  const auto with = verify(mint(R"({"exp":2000000000,"iat":1699999000.7})"));
+  REQUIRE(with->result.ok());
+  CHECK(with->claims.iat == 1699999000);
+  const auto without = verify(mint(R"({"exp":2000000000})"));
+  REQUIRE(without->result.ok());
+  CHECK(without->claims.iat == 0);
+  CHECK(error_of(mint(R"({"exp":2000000000,"iat":"yesterday"})")) == jwt_error::bad_claims);
+  CHECK(error_of(mint(R"({"exp":2000000000,"iat":1,"iat":2})")) == jwt_error::bad_claims);
+}
+
 TEST_CASE("jwt: only HS256 is accepted", "[jwt]") {
   const std::string claims = R"({"exp":2000000000})";
   // alg none: the classic forgery, with and without a signature
