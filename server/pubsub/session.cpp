@@ -292,7 +292,14 @@ void session::client_unsub(conn_id c) noexcept {
 void session::client_pub(conn_id c) noexcept {
   const proto::envelope& env = *_env;
   pubsub_counters& n = _fanout.counters();
-  if (!proto::grants_match(grants_of(c, true), env.topic)) {
+  // The topic's namespace first: `client-publish = false` refuses whatever the token grants.
+  // Without tokens a namespace's value decides (the global one is --allow-client-publish).
+  const namespaces& spaces = _hub.spaces();
+  const topic_options& kind = spaces.of(env.topic);
+  const bool may = !kind.client_publish ? false
+                   : _tokens || &kind == &spaces.defaults() ? proto::grants_match(grants_of(c, true), env.topic)
+                                                            : true;
+  if (!may) {
     n.client_pubs_forbidden.add();
     return client_error(c, proto::client_error::forbidden, env.topic, "pub");
   }
