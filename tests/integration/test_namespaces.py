@@ -11,7 +11,9 @@ embedded bus and on the Redis bus (a real redis-server):
   {"op":"error","code":"forbidden",...} while room: and mailbox:vip: (its own namespace) take
   it; with tokens too, whatever the token's `pub` grants;
 - compression: a client that negotiated permessage-deflate gets a big event of quiet:
-  (`compression = false`) uncompressed (no RSV1), and one of room: compressed.
+  (`compression = false`) uncompressed (no RSV1), and one of room: compressed;
+- the same on a Redis Cluster of three masters, where a stream also expires 2 x its namespace's
+  TTL after its last publish.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import json
@@ -21,7 +23,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_redis import RedisServer  # noqa: E402
+from wsp_bus import slot_of, tag_of  # noqa: E402
+from wsp_redis import RedisCluster, RedisServer  # noqa: E402
 from wsp_testlib import (ServerProcess, admin_port, arg_parser, check, mint_jwt, poll_until, publish_ok,  # noqa: E402
                          run_main, run_step, scaled, scrape_metrics)
 from wsp_wire import OP_TEXT, RawWebSocket  # noqa: E402
@@ -47,6 +50,31 @@ compression = false
 """
 
 SIZES = {"mailbox:1": 2, "mailbox:vip:1": 3, "room:1": 5}
+
+
+class Streams:
+    """Where a topic's stream is in Redis: the one Redis, or under Redis Cluster the master of its
+    slot, its key carrying the slot's tag (docs/REDIS.md)."""
+
+    def __init__(self, redis: "RedisServer | None" = None, cluster: "RedisCluster | None" = None):
+        self.redis, self.cluster = redis, cluster
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url if self.cluster else self.redis.url
+
+    def key(self, topic: str) -> str:
+        return (f"wspush:{{{tag_of(slot_of(topic))}}}:" if self.cluster else "wspush:") + "stream:" + topic
+
+    def command(self, topic: str, *args: str):
+        node = self.cluster.node_of(slot_of(topic)) if self.cluster else self.redis
+        return node.command(*args)
+
+    def backend_publish(self, topic: str, data: str) -> None:
+        """A backend's publish, without wspush."""
+        declared = ["1", self.key(topic)] if self.cluster else ["0"]
+        reply = self.command(topic, "FCALL", "wspush_publish", *declared, topic, data)
+        check(isinstance(reply, str) and ":" in reply, f"FCALL wspush_publish {topic} answered {reply!r}")
 
 
 def raw(port: int, deflate: bool = False, token: "str | None" = None) -> RawWebSocket:
@@ -96,7 +124,7 @@ def resume(s: ServerProcess, topic: str, since: str) -> "tuple[list[str], bool]"
         ws.close_socket()
 
 
-def sizes(s: ServerProcess, redis: "RedisServer | None") -> None:
+def sizes(s: ServerProcess, redis: "Streams | None") -> None:
     for topic, keep in SIZES.items():
         ids = [publish_ok(s, topic, {"n": k}) for k in range(7)]  # a resume from the first: 6 after it
         replayed, lost = resume(s, topic, ids[0])
@@ -107,18 +135,23 @@ def sizes(s: ServerProcess, redis: "RedisServer | None") -> None:
         # A backend's publish without wspush trims to the namespace's size as well.
         for topic, keep in SIZES.items():
             for k in range(6):
-                redis.command("FCALL", "wspush_publish", "0", topic + ":b", str(k))
-            n = int(redis.command("XLEN", "wspush:stream:" + topic + ":b"))
+                redis.backend_publish(topic + ":b", str(k))
+            n = int(redis.command(topic + ":b", "XLEN", redis.key(topic + ":b")))
             check(n == keep, f"{topic}:b after 6 FCALL wspush_publish holds {n} entries, expected {keep}")
 
 
-def ages(s: ServerProcess, redis: "RedisServer | None") -> None:
+def ages(s: ServerProcess, redis: "Streams | None") -> None:
     first = publish_ok(s, "flash:1", {"n": 1})
     second = publish_ok(s, "flash:1", {"n": 2})
     r_first = publish_ok(s, "room:2", {"n": 1})
     r_second = publish_ok(s, "room:2", {"n": 2})
     replayed, lost = resume(s, "flash:1", first)
     check(replayed == [second] and not lost, f"flash:1 within its 1 s TTL replayed {replayed} (lost {lost})")
+    if redis and redis.cluster:
+        # Under Redis Cluster a stream expires 2 x its namespace's TTL after its last publish.
+        flash, room = (int(redis.command(t, "PTTL", redis.key(t))) for t in ("flash:1", "room:2"))
+        check(0 < flash <= 2000, f"flash:1's stream expires in {flash} ms, expected at most 2 x its 1 s TTL")
+        check(2000 < room <= 600000, f"room:2's stream expires in {room} ms, expected 2 x the global 300 s")
     if redis is None:
         # The embedded history sweeps once a second: its TTL evictions say when the age passed.
         admin = admin_port(s)
@@ -171,7 +204,7 @@ def compression(s: ServerProcess) -> None:
         ws.close_socket()
 
 
-def node(args, config: str, redis: "RedisServer | None", extra=(), jwt: bool = False) -> ServerProcess:
+def node(args, config: str, redis: "Streams | None", extra=(), jwt: bool = False) -> ServerProcess:
     bus = ["--bus", redis.url] if redis else []
     auth = ["--jwt-secret", SECRET] if jwt else ["--allow-client-publish"]
     s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose, jwt_secret="" if jwt else None,
@@ -182,8 +215,8 @@ def node(args, config: str, redis: "RedisServer | None", extra=(), jwt: bool = F
     return s
 
 
-def on_bus(args, config: str, redis: "RedisServer | None") -> None:
-    where = "the Redis bus" if redis else "the embedded bus"
+def on_bus(args, config: str, redis: "Streams | None") -> None:
+    where = "Redis Cluster" if redis and redis.cluster else "the Redis bus" if redis else "the embedded bus"
     with node(args, config, redis) as s:
         run_step(f"{where}: each namespace keeps its history size, the longest prefix wins", sizes, s, redis)
         run_step(f"{where}: a 1 s namespace's events are not replayed past their age", ages, s, redis)
@@ -203,9 +236,14 @@ def run(args) -> None:
         on_bus(args, config, None)
         redis = RedisServer(persistent=False).start()
         try:
-            on_bus(args, config, redis)
+            on_bus(args, config, Streams(redis=redis))
         finally:
             redis.close()
+        cluster = RedisCluster(masters=3, replicas=0, persistent=False).start()
+        try:
+            on_bus(args, config, Streams(cluster=cluster))
+        finally:
+            cluster.close()
 
 
 if __name__ == "__main__":
