@@ -15,6 +15,7 @@
 
 #include <toml++/toml.h>
 
+#include "proto/topic.hpp"
 #include "server/bus/redis_url.hpp"
 
 namespace wspush::server {
@@ -88,9 +89,14 @@ std::string fmt_seconds(double d) {
 #define U32(name, field, min, max) \
   [](const config& c) { return std::to_string(c.field); }, [](config& c, std::string_view v) { \
     c.field = parse_uint<std::uint32_t>(name, v, min, max); }
+#define SWITCH(name, field) \
+  [](const config& c) { return std::string(c.field ? "true" : "false"); }, [](config& c, std::string_view v) { \
+    c.field = parse_bool(name, v); }
 #define SECS(name, field) \
   [](const config& c) { return fmt_seconds(c.field); }, [](config& c, std::string_view v) { \
     c.field = parse_seconds(name, v); }
+
+constexpr std::uint32_t max_history_size = 1'000'000;
 
 const std::vector<option>& options() {
   static const std::vector<option> opts = {
@@ -268,8 +274,14 @@ const std::vector<option>& options() {
        [](config& c, std::string_view v) { c.session.allow_client_publish = parse_bool("allow-client-publish", v); }},
       {"max-topics-per-connection", "N", "subscriptions one connection may hold; past it: error too_many_subscriptions",
        U32("max-topics-per-connection", session.max_topics_per_connection, 1, 100'000)},
-      {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none", U32("history-size", history_size, 0, 1'000'000)},
+      {"history-size", "N", "events kept per topic for resume (`since`); 0 keeps none",
+       U32("history-size", history_size, 0, max_history_size)},
       {"history-ttl", "SECONDS", "events older than this leave the history", SECS("history-ttl", history_ttl)},
+      {"presence", "", "who is subscribed to a topic can be asked (`presence`, GET /presence); a namespace of the "
+       "--config file may say otherwise for its topics", SWITCH("presence", topics.presence)},
+      {"join-leave", "", "a topic's subscribers hear a user's first subscribe and last leave (join/leave events; "
+       "presence is kept for it); a namespace of the --config file may say otherwise for its topics",
+       SWITCH("join-leave", topics.join_leave)},
       {"idempotency-window", "SECONDS",
        "a publish (admin API, batch line, client pub) carrying an idempotency_key already published on its topic "
        "within this is not published again: it is answered with the first one's id. With --bus=redis://... the "
@@ -390,24 +402,122 @@ std::string read_config_file(const std::string& path) {
   return text;
 }
 
-/// Sets each option of the file, in the file's order, with the command line's checks; an
-/// unknown key or a bad value stops at the first, named with its line and column.
-void apply_file(config& c, const std::string& path) {
-  toml::table t;
-  try {
-    t = toml::parse(read_config_file(path), path);
-  } catch (const toml::parse_error& e) {
-    throw config_error(position(path, e.source().begin) + ": " + std::string(e.description()));
-  }
+// ---- [namespace."<prefix>"] tables: options of the topics that start with the prefix ----
+
+/// A key of a namespace table: the global option whose value it takes when the table does not
+/// give it (whose TOML type and checks it has too), and where it goes.
+struct namespace_key {
+  std::string_view key;
+  std::string_view option;
+  void (*set)(topic_options&, std::string_view);
+};
+
+constexpr namespace_key namespace_keys[] = {
+    {"history-size", "history-size",
+     [](topic_options& t, std::string_view v) {
+       t.history_size = parse_uint<std::uint32_t>("history-size", v, 0, max_history_size);
+     }},
+    {"history-ttl", "history-ttl", [](topic_options& t, std::string_view v) { t.history_ttl = parse_seconds("history-ttl", v); }},
+    {"presence", "presence", [](topic_options& t, std::string_view v) { t.presence = parse_bool("presence", v); }},
+    {"join-leave", "join-leave", [](topic_options& t, std::string_view v) { t.join_leave = parse_bool("join-leave", v); }},
+    {"client-publish", "allow-client-publish",
+     [](topic_options& t, std::string_view v) { t.client_publish = parse_bool("client-publish", v); }},
+    {"compression", "compression", [](topic_options& t, std::string_view v) { t.compression = parse_bool("compression", v); }},
+};
+
+const namespace_key* find_namespace_key(std::string_view key) {
+  for (const namespace_key& k : namespace_keys)
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+/// A table's entries in the file's order (a toml::table is in key order).
+template <class Table>
+std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const Table& t) {
   std::vector<std::pair<const toml::key*, const toml::node*>> keys;
   for (auto&& [k, v] : t) keys.emplace_back(&k, &v);
-  std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {  // the table is in key order
+  std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
     const auto &x = a.first->source().begin, &y = b.first->source().begin;
     return x.line != y.line ? x.line < y.line : x.column < y.column;
   });
-  for (const auto& [k, v] : keys) {
+  return keys;
+}
+
+/// The `namespace` table of the file: one table per prefix, each key checked as the option it
+/// stands for is (a value is kept as its text and applied once the global values are known).
+void read_namespaces(config& c, const std::string& path, const toml::node& all) {
+  const toml::table* tables = all.as_table();
+  if (!tables)
+    throw config_error(position(path, all.source().begin) + ": namespace: expected tables [namespace.\"<prefix>\"], got " +
+                       toml_type_name(all.type()));
+  for (const auto& [pk, pv] : in_file_order(*tables)) {
+    const std::string prefix(pk->str());
+    const std::string at = position(path, pk->source().begin);
+    const std::string what = "namespace \"" + prefix + '"';
+    if (prefix.empty())
+      throw config_error(at + ": " + what + ": the prefix is empty (for every topic, set the options themselves)");
+    if (prefix.size() > proto::max_topic_bytes || !proto::all_topic_bytes(prefix))
+      throw config_error(at + ": " + what + ": not a topic prefix: 1-128 bytes of visible ASCII other than *, \" and \\ "
+                         "(the topics' own rule)");
+    for (const config::namespace_given& g : c.namespaces_given)
+      if (g.prefix == prefix) throw config_error(at + ": " + what + ": given twice (first at " + g.where + ")");
+    const toml::table* keys = pv->as_table();
+    if (!keys)
+      throw config_error(at + ": " + what + ": expected a table [namespace.\"" + prefix + "\"], got " +
+                         toml_type_name(pv->type()));
+    config::namespace_given given{prefix, path + ':' + std::to_string(pk->source().begin.line), {}};
+    for (const auto& [k, v] : in_file_order(*keys)) {
+      const std::string_view name = k->str();
+      const namespace_key* nk = find_namespace_key(name);
+      if (!nk) {
+        std::string known;
+        for (const namespace_key& x : namespace_keys) known += (known.empty() ? "" : ", ") + std::string(x.key);
+        throw config_error(position(path, k->source().begin) + ": " + what + ": unknown key \"" + std::string(name) +
+                           "\" (a namespace takes " + known + ")");
+      }
+      std::string value;
+      try {
+        value = toml_value_text(*find_option(nk->option), *v);
+        topic_options check;
+        nk->set(check, value);
+      } catch (const config_error& e) {
+        throw config_error(position(path, v->source().begin) + ": " + what + ": " + about_key(name, e.what()));
+      }
+      given.keys.emplace_back(std::string(name), std::move(value));
+    }
+    c.namespaces_given.push_back(std::move(given));
+  }
+}
+
+/// Sets each option of the file, in the file's order, with the command line's checks; an
+/// unknown key or a bad value stops at the first, named with its line and column. `namespace`
+/// is the one table: its tables are the namespaces (read_namespaces).
+void apply_file(config& c, const std::string& path) {
+  toml::table t;
+  const std::string text = read_config_file(path);
+  try {
+    t = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    std::string what(e.description());
+    // TOML refuses a table given twice, naming it garbled when its key is quoted: say it with
+    // the line as written.
+    if (what.find("redefine existing table") != std::string::npos) {
+      std::size_t at = 0;
+      for (auto n = e.source().begin.line; n > 1 && at != std::string::npos; --n) at = text.find('\n', at) + 1;
+      std::string line = at < text.size() ? text.substr(at, text.find('\n', at) - at) : std::string();
+      line.erase(0, line.find_first_not_of(" \t"));
+      if (const auto end = line.find(']'); end != std::string::npos) line.resize(end + 1);
+      what = "the table " + line + " is given twice: a table is written once (a namespace: one table per prefix)";
+    }
+    throw config_error(position(path, e.source().begin) + ": " + what);
+  }
+  for (const auto& [k, v] : in_file_order(t)) {
     const std::string_view name = k->str();
     const std::string at = position(path, k->source().begin);
+    if (name == "namespace") {
+      read_namespaces(c, path, *v);
+      continue;
+    }
     if (name == "config") throw config_error(at + ": config: --config belongs on the command line (or in WSPUSH_CONFIG), not in the file it names");
     const option* o = find_option(name);
     if (!o) {
@@ -536,6 +646,15 @@ config parse_config(int argc, char** argv) {
   if (c.conn.sse_path == c.conn.ws_path)
     throw config_error("--sse-path and --ws-path must differ: one path opens WebSockets, the other event streams");
   if (c.mode != app_mode::pubsub) c.conn.sse_path.clear();  // streams speak the pub/sub protocol
+  c.topics.history_size = c.history_size;
+  c.topics.history_ttl = c.history_ttl;
+  c.topics.client_publish = c.auth_none ? c.session.allow_client_publish : true;  // tokens: their `pub` claim decides
+  c.topics.compression = c.conn.compression;
+  for (const config::namespace_given& g : c.namespaces_given) {
+    topic_namespace n{g.prefix, c.topics, g.where};
+    for (const auto& [key, value] : g.keys) find_namespace_key(key)->set(n.options, value);  // checked when read
+    c.namespaces.push_back(std::move(n));
+  }
   return c;
 }
 
@@ -562,6 +681,25 @@ std::vector<std::string> config_changes(const config& running, const config& nex
       lines.push_back(where + ": " + name + " changed in the file, but " + effective->second.where +
                       " overrides it: nothing to do");
   }
+  // Namespaces, by prefix: what each table gives (a global option it takes is reported above).
+  const auto find_ns = [](const config& c, const std::string& prefix) -> const config::namespace_given* {
+    for (const config::namespace_given& g : c.namespaces_given)
+      if (g.prefix == prefix) return &g;
+    return nullptr;
+  };
+  using key_map = std::map<std::string, std::string>;
+  for (const config::namespace_given& was : running.namespaces_given) {
+    const config::namespace_given* now = find_ns(next, was.prefix);
+    if (!now)
+      lines.push_back(next.config_file + ": namespace \"" + was.prefix +
+                      "\" removed: it needs a restart; it stays in effect until then");
+    else if (key_map(was.keys.begin(), was.keys.end()) != key_map(now->keys.begin(), now->keys.end()))
+      lines.push_back(now->where + ": namespace \"" + was.prefix +
+                      "\" changed: it needs a restart; the running one stays in effect until then");
+  }
+  for (const config::namespace_given& now : next.namespaces_given)
+    if (!find_ns(running, now.prefix))
+      lines.push_back(now.where + ": namespace \"" + now.prefix + "\" added: it needs a restart to take effect");
   return lines;
 }
 
@@ -581,6 +719,14 @@ std::string help_text() {
   s += "  --config FILE               read options from FILE, TOML: each option's long name as key (max-connections = "
        "100000), switches as true/false; the environment and the command line win over it. Read again on SIGHUP: "
        "an option changed there is logged as needing a restart, the running value stays [default: none]\n";
+  s += "\nNamespaces (the --config file only): a table [namespace.\"<prefix>\"] gives the topics that start with\n"
+       "<prefix> their own history-size, history-ttl, presence, join-leave, client-publish (false: clients' pubs\n"
+       "are refused whatever their token grants) and compression; a key it does not give takes the global\n"
+       "option's value, and the longest prefix a topic starts with wins. For example:\n"
+       "  [namespace.\"mailbox:\"]\n"
+       "  history-size = 20\n"
+       "  history-ttl = 86400\n"
+       "  client-publish = false\n";
   s += "  --help                      this text\n";
   return s;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/base/options.hpp"
@@ -60,6 +61,19 @@ struct config {
   loop_options loop;
   conn_options conn{.max_message_bytes = 0};  // 0 until parsed: 64 KiB in pubsub mode, 16 MiB in the others
   session_options session;
+  // The options of every topic (--history-size, --history-ttl, --presence, --join-leave,
+  // --compression, and who may `pub`: the token's claim, or --allow-client-publish with
+  // --auth=none), filled once the rest is parsed; history_size and history_ttl above are theirs.
+  topic_options topics;
+  // The file's `[namespace."<prefix>"]` tables, in its order: the keys each gives, as written
+  // (checked when read), and where its table is ("FILE:LINE").
+  struct namespace_given {
+    std::string prefix, where;
+    std::vector<std::pair<std::string, std::string>> keys;
+  };
+  std::vector<namespace_given> namespaces_given;
+  // The same resolved: each key a table does not give takes the global value (`topics`).
+  std::vector<topic_namespace> namespaces;
   std::string config_file;  // --config (or WSPUSH_CONFIG); empty: none
   struct given_value {
     std::string value;  // as written (a TOML value as its text)
@@ -80,7 +94,8 @@ struct config_error : std::runtime_error {
 config parse_config(int argc, char** argv);
 /// SIGHUP: `next` is parse_config of the same command line and environment over the file as it
 /// is now. One log line for each option whose value differs from the running one (none can
-/// change while running: each needs a restart), or whose new value in the file is overridden.
+/// change while running: each needs a restart), or whose new value in the file is overridden,
+/// and one for each namespace table added, removed or changed (a restart too).
 std::vector<std::string> config_changes(const config& running, const config& next);
 std::string help_text();
 const char* mode_name(app_mode m) noexcept;

@@ -25,6 +25,7 @@
 #include "server/app/shard.hpp"
 #include "server/base/log.hpp"
 #include "server/bus/redis_bus.hpp"
+#include "server/pubsub/namespaces.hpp"
 #include "server/net/socket_ops.hpp"
 #include "server/net/tls_context.hpp"
 #include "server/web/site.hpp"
@@ -177,9 +178,26 @@ admin_options admin_options_of(const config& cfg) {
   return o;
 }
 
-std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush::pool::buffer_pool& buffers) {
+/// One line per namespace of the config file: what its topics get.
+void log_namespaces(const config& cfg, const wspush::server::pubsub::namespaces& spaces) {
+  if (cfg.mode != app_mode::pubsub) return;
+  for (const topic_namespace& n : spaces.list()) {
+    const topic_options& t = n.options;
+    log(log_level::info, "namespace \"%s\" (%s): history %u events, %gs; presence %s, join/leave %s, client publish %s, "
+        "compression %s", n.prefix.c_str(), n.where.c_str(), t.history_size, t.history_ttl, t.presence ? "on" : "off",
+        t.join_leave ? "on" : "off", t.client_publish ? (cfg.auth_none ? "on" : "by token") : "off",
+        t.compression ? "on" : "off");
+    if (cfg.auth_none && t.client_publish && !cfg.session.allow_client_publish)
+      log(log_level::warn, "auth: NONE, and namespace \"%s\" lets anyone PUBLISH to its topics (client-publish = true)",
+          n.prefix.c_str());
+  }
+}
+
+std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush::pool::buffer_pool& buffers,
+                                                      const wspush::server::pubsub::namespaces& spaces) {
   if (cfg.mode == app_mode::echo) return nullptr;
   wspush::server::pubsub::history_options ho;
+  ho.spaces = &spaces;
   ho.size_per_topic = cfg.history_size;
   ho.ttl_ns = std::uint64_t(cfg.history_ttl * 1e9);
   ho.max_bytes = cfg.history_max_bytes;
@@ -193,7 +211,8 @@ std::unique_ptr<wspush::server::pubsub::hub> make_hub(const config& cfg, wspush:
 }
 
 /// --bus=redis://...: the Redis bus (it connects, and keeps reconnecting, on its own thread).
-std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspush::pool::buffer_pool& buffers) {
+std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspush::pool::buffer_pool& buffers,
+                                                          const wspush::server::pubsub::namespaces& spaces) {
   if (cfg.bus.empty()) return nullptr;
   wspush::server::bus::redis_bus_options o;
   const auto spec = wspush::server::bus::parse_bus_spec(cfg.bus);  // checked by parse_config
@@ -209,6 +228,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
         wspush::server::tls_client_files{cfg.redis_tls.ca, cfg.redis_tls.cert, cfg.redis_tls.key});
   o.history_size = cfg.history_size;
   o.history_ttl = cfg.history_ttl;
+  o.spaces = &spaces;
   // The largest event data either way in: an admin body, a client's message (each holds it).
   o.max_event_bytes = std::max<std::size_t>(cfg.max_body_bytes, cfg.conn.max_message_bytes);
   o.redis_timeout = cfg.redis_timeout;
@@ -243,8 +263,12 @@ int run(const config& cfg, int argc, char** argv) {
   wspush::pool::buffer_pool buffers;
   std::optional<wspush::proto::jwt_verifier> tokens;
   if (!cfg.auth_none) tokens.emplace(cfg.jwt_secret);
-  std::unique_ptr<wspush::server::pubsub::hub> hub = make_hub(cfg, buffers);
-  std::unique_ptr<wspush::server::bus::redis_bus> bus = make_bus(cfg, buffers);
+  // Options per kind of topic: read-only from here on, by the history, the hub, the sessions
+  // (through the hub) and the Redis bus.
+  const wspush::server::pubsub::namespaces spaces(cfg.topics, cfg.namespaces);
+  log_namespaces(cfg, spaces);
+  std::unique_ptr<wspush::server::pubsub::hub> hub = make_hub(cfg, buffers, spaces);
+  std::unique_ptr<wspush::server::bus::redis_bus> bus = make_bus(cfg, buffers, spaces);
   const wspush::server::web::site site;
   std::unique_ptr<wspush::server::tls_server> tls = make_tls(cfg);
   // Compressed once per event, for every connection that negotiated it, whichever bus.
@@ -255,15 +279,13 @@ int run(const config& cfg, int argc, char** argv) {
   shared.upgrade_gate.configure(cfg.conn.upgrade_rate, cfg.conn.upgrade_rate);
   user_table users(cfg.conn.max_connections_per_user);  // outlives the shards (they join and leave it)
   if (tokens && cfg.mode == app_mode::pubsub) shared.users = &users;  // the session leaves them
-  const wspush::server::pubsub::namespaces ns(cfg.topics, cfg.namespaces);
   std::optional<wspush::server::pubsub::presence_table> presence;
-  if (cfg.mode == app_mode::pubsub && ns.any_presence()) {
+  if (cfg.mode == app_mode::pubsub && spaces.any_presence()) {
     if (bus) {
       log(log_level::error, "--presence and --join-leave need the embedded bus for now (presence across Redis nodes is not built yet)");
       return 2;
     }
     presence.emplace();
-    shared.ns = &ns;
     shared.presence = &*presence;
   }
   revocation_list revocations(cfg.revocation_ttl, cfg.max_revocations);
@@ -317,7 +339,7 @@ int run(const config& cfg, int argc, char** argv) {
   admin_options ao = admin_options_of(cfg);
   if (presence)
     ao.presence = [&](std::string_view topic, bool count_only, std::string& body) {
-      return wspush::server::pubsub::render_presence(*presence, ns, shared.users, topic, count_only, body);
+      return wspush::server::pubsub::render_presence(*presence, spaces, shared.users, topic, count_only, body);
     };
   if (revokes) register_revoke_metrics(metrics, revocations);
   if (revokes) ao.revoker = &*revokes;

@@ -27,7 +27,7 @@ shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(list
     auto session = std::make_unique<pubsub::session>(cfg.session, s.tokens, *s.hub, *_fanout,
                                                      cfg.conn.max_message_bytes, index == 0, s.users);
     if (s.bus) session->use_bus(*s.bus, std::uint32_t(index), cfg.conn.max_pending_bytes);
-    if (s.presence) session->use_presence(*s.ns, *s.presence);
+    if (s.presence) session->use_presence(*s.presence);
     session->use_revocations(s.revoked);
     _app = std::move(session);
   }

@@ -43,7 +43,6 @@ struct shard_shared {
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
   rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too
   user_table* users = nullptr;  // with tokens: who is connected (--max-connections-per-user)
-  const pubsub::namespaces* ns = nullptr;     // with presence: the options of each kind of topic
   pubsub::presence_table* presence = nullptr;  // null: no topic keeps presence (nor join/leave)
   revocation_list* revoked = nullptr;  // with tokens: the users revoked lately (POST /disconnect)
 };

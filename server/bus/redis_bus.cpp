@@ -18,7 +18,8 @@ void reply_cb(const resp::reply* reply, void* priv) noexcept {
 
 /// What a reply from Redis may hold (a bound past it drops the link, see redis_link.hpp). A bulk
 /// string: one event's data plus its id and a space (a `message`'s payload), with room to spare.
-/// An array: a replay's `lost` flag and id/data pairs for at most history_size entries, plus
+/// An array: a replay's `lost` flag and id/data pairs for at most history_size entries (of the
+/// namespace that keeps the most), plus
 /// slack. Nesting: replies and pushes the bus reads are flat; 4 leaves room. The bytes of one
 /// reply: what a replay of a whole history of events of the largest size holds (a replay is read
 /// in one reply today), at least 4 MiB. Nothing is reserved from a header: a reply costs memory
@@ -26,9 +27,11 @@ void reply_cb(const resp::reply* reply, void* priv) noexcept {
 resp::limits reply_limits(const redis_bus_options& o) noexcept {
   resp::limits l;
   l.max_bulk = std::size_t(o.max_event_bytes) + 256;
-  l.max_elements = std::max<std::size_t>(2 * std::size_t(o.history_size), max_batch_pubs) + 16;
+  // The topic that keeps the most: a namespace may keep more than --history-size.
+  const std::size_t history = o.spaces ? std::max(o.history_size, o.spaces->max_history_size()) : o.history_size;
+  l.max_elements = std::max<std::size_t>(2 * history, max_batch_pubs) + 16;
   l.max_depth = 4;
-  l.max_total = std::max<std::size_t>(4u << 20, (std::size_t(o.history_size) + 1) * l.max_bulk) +
+  l.max_total = std::max<std::size_t>(4u << 20, (history + 1) * l.max_bulk) +
                 l.max_elements * sizeof(resp::reply) + (64 << 10);
   return l;
 }
@@ -58,6 +61,20 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
   _wait_argv[1] = _wait_args[0];
   _wait_argv[2] = _wait_args[1];
   _window_ms = std::to_string(std::uint64_t(_o.idempotency_window * 1000));
+  // The namespaces' history limits, written into the library, longest prefix first (the first
+  // a topic starts with is its namespace), so that every publish, a backend's FCALL too, trims
+  // the topic's stream to its namespace's: nodes sharing a Redis agree on them; the last one
+  // set up wins. A prefix holds no `"` nor `\` (a topic's rule): quoted as it is.
+  _library = redis_functions;
+  if (_o.spaces && !_o.spaces->list().empty()) {
+    std::string list;
+    for (const topic_namespace& n : _o.spaces->list())
+      list += (list.empty() ? "{\"" : ", {\"") + n.prefix + "\", " + std::to_string(n.options.history_size) + ", " +
+              std::to_string(std::uint64_t(n.options.history_ttl * 1000)) + "}";
+    const std::string line = "local namespaces = {} -- @namespaces@";
+    if (const auto at = _library.find(line); at != std::string::npos)
+      _library.replace(at, line.size(), "local namespaces = {" + list + "}");
+  }
   if (_o.cluster) {
     // The masters come from the cluster's map (apply_map); the seeds are where it is asked.
     _slot_owner.reset(new std::atomic<std::uint16_t>[cluster_slots]);
@@ -76,7 +93,6 @@ redis_bus::redis_bus(redis_bus_options o, pool::buffer_pool& buffers)
                                                               _o.targets.front().tls ? _o.tls.get() : nullptr});
     // The limits every slot's functions read, written into the library (no key is common to
     // all slots): nodes sharing a cluster agree on them; the last one set up wins.
-    _library = redis_functions;
     const std::string line = "local cluster_config = nil -- @cluster_config@";
     const auto at = _library.find(line);
     if (at != std::string::npos)

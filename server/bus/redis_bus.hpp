@@ -74,6 +74,7 @@
 #include "server/conn/compression.hpp"
 #include "server/pubsub/bus_port.hpp"
 #include "server/pubsub/event.hpp"
+#include "server/pubsub/namespaces.hpp"
 #include "server/reactor/loop.hpp"
 
 namespace wspush::server::bus {
@@ -105,6 +106,11 @@ struct redis_bus_options {
   /// (revokes, redis_bus_revoke.cpp).
   std::uint32_t revocation_ttl = 3600;
   std::uint32_t max_revocations = 100000;
+  /// Namespaces (pubsub/namespaces.hpp): their history limits are written into the library
+  /// (each topic's stream gets its namespace's MAXLEN and age), the largest history size bounds
+  /// replies, and a namespace without compression gets no compressed twins. Null: none.
+  /// Outlives the bus.
+  const pubsub::namespaces* spaces = nullptr;
 };
 
 /// A revoke heard from Redis (bus thread): another node's (`loaded` false), or one read from
@@ -409,7 +415,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::uint32_t _next_map_tick = 0;
   bool _map_covered = false;
   std::vector<std::string> _slot_epoch;
-  std::string _library;
+  std::string _library;  // wspush.lua with the namespaces (and under Redis Cluster the limits) written in
   std::vector<std::string> _keys;  // scratch: a batch's stream keys
   mutable std::mutex _why_m;       // guards each instance's why_down
   std::string _wait_args[2];       // WAIT's replicas and milliseconds (durable publishes)

@@ -192,7 +192,7 @@ void redis_bus::setup_command_link(instance& in) noexcept {
   } else {
     const std::string db = std::to_string(t.db);
     if (t.db != 0) command(in, {"SELECT", db}, new op{op::setup});
-    command(in, {"FUNCTION", "LOAD", "REPLACE", redis_functions}, new op{op::setup});
+    command(in, {"FUNCTION", "LOAD", "REPLACE", _library}, new op{op::setup});
     const std::string maxlen = std::to_string(_o.history_size);
     const std::string ttl = std::to_string(std::uint64_t(_o.history_ttl * 1000));
     const std::string max_bytes = std::to_string(_o.max_event_bytes);

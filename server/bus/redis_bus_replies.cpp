@@ -291,7 +291,7 @@ void redis_bus::publishes_answered(op& o, const resp::reply* r) noexcept {
     log_ratelimited(log_level::warn, "bus: Redis lacks a function of this node's (a node of an older version loaded its "
                     "functions): loading this node's again");
     if (auto* load = new (std::nothrow) op{op::other})
-      command(*o.in, {"FUNCTION", "LOAD", "REPLACE", _o.cluster ? std::string_view(_library) : redis_functions}, load);
+      command(*o.in, {"FUNCTION", "LOAD", "REPLACE", _library}, load);
   }
   for (std::size_t k = 0; k < o.pubs.size(); ++k) {
     batched_pub& b = o.pubs[k];
@@ -535,7 +535,7 @@ pool::frame_ref redis_bus::frame_event(std::string_view topic, std::string_view 
   if (n == 0) return {};
   l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
   pool::frame_ref f = pool::frame_ref::adopt(std::move(l));
-  if (_compression) _compression->attach(_buffers, f);
+  if (_compression && (!_o.spaces || _o.spaces->of(topic).compression)) _compression->attach(_buffers, f);
   return f;
 }
 

@@ -50,6 +50,21 @@ end
 -- that loads the library (the line below, replaced as a whole).
 local cluster_config = nil -- @cluster_config@
 
+-- Namespaces: {prefix, maxlen, ttl_ms} of each, longest prefix first, written here by the node
+-- that loads the library (the line below, replaced as a whole; nodes sharing a Redis agree on
+-- them, the last one set up wins). A topic that starts with a prefix keeps its namespace's
+-- maxlen events for its ttl_ms, in place of wspush:config's (or cluster_config's).
+local namespaces = {} -- @namespaces@
+
+-- The history limits of `topic`: its namespace's, else `maxlen` and `ttl` (the call's).
+local function limits(topic, maxlen, ttl)
+  for i = 1, #namespaces do
+    local n = namespaces[i]
+    if string.sub(topic, 1, #n[1]) == n[1] then return n[2], n[3] end
+  end
+  return maxlen, ttl
+end
+
 -- Where a call's keys are, from the keys it declares: 'wspush:' (none: one Redis, or an
 -- isolated shard), or 'wspush:{<tag>}:' (Redis Cluster: the first key's; nil when it is not
 -- one of ours, `what` being its kind: stream, epoch, node).
@@ -256,7 +271,8 @@ end
 -- (or an error reply) and whether it created the stream. `ikey`: its idempotency key (nil:
 -- none; x holds the window, idem_context).
 -- The history is bounded by count here (MAXLEN); by age, wspush_replay returns nothing older
--- than ttl_ms, and the sweep deletes the key 2 * ttl_ms after its last publish or later.
+-- than ttl_ms, and the sweep deletes the key 2 * ttl_ms after its last publish or later (both
+-- the topic's namespace's, when it has one).
 local function publish_one(topic, data, x, checked, ikey)
   -- Every node and every subscriber would hold it: the nodes' own bound, before any parsing.
   if type(topic) ~= 'string' or type(data) ~= 'string' then return redis.error_reply('ERR wspush: bad arguments'), false end
@@ -273,13 +289,21 @@ local function publish_one(topic, data, x, checked, ikey)
     local seen = idem_seen(x, topic, ikey)
     if seen then return seen, false end  -- published within the window: its id, nothing more
   end
+  local maxlen, expire = x.maxlen, x.expire
+  if #namespaces > 0 then
+    local m, ttl = limits(topic, nil, nil)
+    if m then
+      maxlen = tostring(m)
+      if expire and ttl > 0 then expire = tostring(2 * ttl) end
+    end
+  end
   -- A stream that exists takes the entry (one command); only a new one needs its first id.
-  local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', x.maxlen, '*', 'd', data)
+  local id = redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', maxlen, '*', 'd', data)
   local created = not id
-  if created then id = redis.call('XADD', stream, 'MAXLEN', x.maxlen, first_id(x.t), 'd', data) end
+  if created then id = redis.call('XADD', stream, 'MAXLEN', maxlen, first_id(x.t), 'd', data) end
   local full = x.prefix .. id
-  if x.expire then
-    redis.call('PEXPIRE', stream, x.expire)
+  if expire then
+    redis.call('PEXPIRE', stream, expire)
     redis.call('SPUBLISH', x.space .. 'topic:' .. topic, full .. ' ' .. data)
   else
     redis.call('PUBLISH', 'wspush:topic:' .. topic, full .. ' ' .. data)
@@ -439,7 +463,8 @@ local function replay(keys, args)
   local max_n, max_bytes = tonumber(args[4] or ''), tonumber(args[5] or '')
   local paged = max_n ~= nil and max_bytes ~= nil
   if paged and (max_n < 1 or max_bytes < 1) then return redis.error_reply('ERR wspush: bad page bound') end
-  local _, ttl = config(p)
+  local maxlen, ttl = config(p)
+  maxlen, ttl = limits(topic, maxlen, ttl)
   local e
   if p == 'wspush:' then e = single_epoch({}, false) or '' else e = slot_epoch(p, {}, false) or '' end
   local stream = p .. 'stream:' .. topic
@@ -547,7 +572,7 @@ redis.register_function{function_name = 'wspush_replay', callback = replay, flag
 -- once a second) runs a step of a sweep over the keys, at most one step each 100 ms among all
 -- the nodes: it SCANs a share of the keyspace sized by the time since the last step (a whole
 -- pass in about ttl_ms), and deletes each stream whose last issued id is at least 2 * ttl_ms
--- old. None is deleted sooner, which is what wspush_replay's mark mode relies on. Three passes
+-- old (its namespace's ttl_ms when it has one). None is deleted sooner, which is what wspush_replay's mark mode relies on. Three passes
 -- in four pass over the streams read or written in the last 2 * ttl_ms (their idle time says
 -- so, without reading them): a stream not written goes between 2 and about 3 times ttl_ms after
 -- its last publish, or by the fourth pass, within about 6 times, if resumes keep reading it.
@@ -595,7 +620,9 @@ local function sweep_step(ttl, now)
   local every = pass % 4 == 3  -- this pass reads every stream, idle or not
   local r = redis.call('SCAN', s[1] or '0', 'MATCH', 'wspush:stream:*', 'COUNT', count)
   for _, stream in ipairs(r[2]) do
-    if (every or may_be_idle(stream, 2 * ttl)) and old_last_ms(stream, 2 * ttl, now) then
+    -- Its topic's age limit: a namespace's may be longer or shorter than the global one.
+    local _, limit = limits(string.sub(stream, 15), 0, ttl)
+    if limit > 0 and (every or may_be_idle(stream, 2 * limit)) and old_last_ms(stream, 2 * limit, now) then
       redis.call('UNLINK', stream)
     end
   end

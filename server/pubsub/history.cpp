@@ -29,6 +29,7 @@ struct topic_state {
   std::uint64_t last = 0;   // newest seq appended
   std::uint32_t head = none, tail = none;  // oldest and newest retained entry
   std::uint32_t count = 0;
+  std::uint32_t lane = 0;  // its namespace's TTL: the part's FIFO it is in
 };
 using topic_map = std::unordered_map<std::string, topic_state, sv_hash, std::equal_to<>>;
 
@@ -40,7 +41,7 @@ struct history_entry {
   std::uint64_t stamp = 0;            // global append order
   topic_map::value_type* topic = nullptr;  // stable: map nodes never move
   std::uint32_t topic_next = none;    // next newer entry of the topic; free list link when free
-  std::uint32_t older = none, newer = none;  // the part's FIFO
+  std::uint32_t older = none, newer = none;  // its lane's FIFO
 };
 static_assert(sizeof(history_entry) <= 56, "history_entry budget: 56 bytes");
 
@@ -104,6 +105,11 @@ struct idem_record {
   idem_map::value_type* key;  // stable: map nodes never move
 };
 
+/// The entries of one TTL, in append order: the oldest is the first to expire.
+struct history_lane {
+  std::uint32_t oldest = none, newest = none;
+};
+
 struct history_part {
   mutable std::mutex mu;
   idem_map idem;
@@ -111,7 +117,7 @@ struct history_part {
   std::vector<history_entry> entries;
   std::uint32_t free = none;
   topic_map topics;
-  std::uint32_t oldest = none, newest = none;  // FIFO ends
+  std::vector<history_lane> lanes;  // one per distinct TTL (history::_lane_ttl), made at start-up
   std::uint64_t seq = 0;
   std::uint64_t dropped_floor = 0;  // newest seq lost by a topic whose state was dropped
   std::atomic<std::uint64_t> oldest_stamp{UINT64_MAX};  // read without the lock by enforce_cap
@@ -122,6 +128,7 @@ struct history_part {
 }  // namespace detail
 
 using detail::history_entry;
+using detail::history_lane;
 using detail::history_part;
 using detail::none;
 using detail::topic_map;
@@ -193,7 +200,21 @@ void count_eviction(history_stats& n, evict_cause why) noexcept {
   else ++n.evicted_memory;
 }
 
-/// Removes the oldest entry of topic `t` (the part's FIFO may hold it anywhere: a size
+/// The part's oldest entry: the oldest of its lanes' oldest ones (none when it holds none).
+std::uint32_t oldest_entry(const history_part& p) noexcept {
+  std::uint32_t best = none;
+  for (const history_lane& l : p.lanes)
+    if (l.oldest != none && (best == none || p.entries[l.oldest].stamp < p.entries[best].stamp)) best = l.oldest;
+  return best;
+}
+
+/// Publishes the part's oldest stamp, for enforce_cap (after a lane's oldest entry went).
+void refresh_oldest(history_part& p) noexcept {
+  const std::uint32_t k = oldest_entry(p);
+  p.oldest_stamp.store(k != none ? p.entries[k].stamp : UINT64_MAX, std::memory_order_relaxed);
+}
+
+/// Removes the oldest entry of topic `t` (its lane's FIFO may hold it anywhere: a size
 /// eviction takes a topic's oldest, which is not the part's oldest). When it was the
 /// topic's last entry the topic's state goes too, its floor kept in dropped_floor (and with
 /// the part's last entry its arrays), and `t` is dangling: the return value says so.
@@ -205,11 +226,13 @@ bool remove_head(history_part& p, topic_map::value_type* t, evict_cause why, std
   if (ts.head == none) ts.tail = none;
   ts.floor = std::max(ts.floor, e.seq);
   --ts.count;
+  history_lane& lane = p.lanes[ts.lane];
+  const bool was_oldest = e.older == none;
   if (e.older != none) p.entries[e.older].newer = e.newer;
-  else p.oldest = e.newer;
+  else lane.oldest = e.newer;
   if (e.newer != none) p.entries[e.newer].older = e.older;
-  else p.newest = e.older;
-  p.oldest_stamp.store(p.oldest != none ? p.entries[p.oldest].stamp : UINT64_MAX, std::memory_order_relaxed);
+  else lane.newest = e.older;
+  if (was_oldest) refresh_oldest(p);
   sub_bytes(p, entry_bytes(e), total);
   --p.n.entries;
   count_eviction(p.n, why);
@@ -250,7 +273,7 @@ std::uint32_t take_entry(history_part& p) {
 
 /// The topic's state (created with the part's dropped floor if new) and a free entry, or
 /// none when memory ran out; then `t` is the topic only if it already had entries.
-std::uint32_t take_slot(history_part& p, std::string_view topic, topic_map::value_type*& t,
+std::uint32_t take_slot(history_part& p, std::string_view topic, std::uint32_t lane, topic_map::value_type*& t,
                         std::atomic<std::uint64_t>& total) noexcept {
   const std::size_t topic_bytes = detail::topic_bytes(topic.size());
   try {
@@ -258,6 +281,7 @@ std::uint32_t take_slot(history_part& p, std::string_view topic, topic_map::valu
     if (it == p.topics.end()) {
       it = p.topics.try_emplace(std::string(topic)).first;
       it->second.floor = p.dropped_floor;  // what an earlier state of this topic lost
+      it->second.lane = lane;
       ++p.n.topics;
       add_bytes(p, topic_bytes, total);
     }
@@ -278,7 +302,7 @@ std::uint32_t take_slot(history_part& p, std::string_view topic, topic_map::valu
   }
 }
 
-/// Entry `k` becomes the newest of its topic and of the part's FIFO.
+/// Entry `k` becomes the newest of its topic and of its lane's FIFO.
 void link_entry(history_part& p, topic_map::value_type* t, std::uint32_t k, pool::frame_ref frame, std::uint64_t seq,
                 std::uint64_t now_ns, std::uint64_t stamp, std::atomic<std::uint64_t>& total) noexcept {
   history_entry& e = p.entries[k];
@@ -288,13 +312,16 @@ void link_entry(history_part& p, topic_map::value_type* t, std::uint32_t k, pool
   e.stamp = stamp;
   e.topic = t;
   e.topic_next = none;
-  e.older = p.newest;
-  e.newer = none;
-  if (p.newest != none) p.entries[p.newest].newer = k;
-  else p.oldest = k;
-  p.newest = k;
-  p.oldest_stamp.store(p.entries[p.oldest].stamp, std::memory_order_relaxed);
   topic_state& ts = t->second;
+  history_lane& lane = p.lanes[ts.lane];
+  e.older = lane.newest;
+  e.newer = none;
+  if (lane.newest != none) p.entries[lane.newest].newer = k;
+  else lane.oldest = k;
+  lane.newest = k;
+  // Stamps grow in append order under the part's lock: the new entry is the part's oldest only
+  // when it holds no other.
+  if (p.oldest_stamp.load(std::memory_order_relaxed) == UINT64_MAX) p.oldest_stamp.store(stamp, std::memory_order_relaxed);
   if (ts.tail != none) p.entries[ts.tail].topic_next = k;
   else ts.head = k;
   ts.tail = k;
@@ -362,6 +389,22 @@ history::history(history_options o) : _o(std::move(o)) {
   std::uint32_t n = std::bit_ceil(std::max<std::uint32_t>(_o.parts, 1));
   _mask = n - 1;
   _parts = std::make_unique<history_part[]>(n);
+  // Each namespace's limits (the last: the global ones), and a lane per distinct TTL.
+  const std::size_t kinds = _o.spaces ? _o.spaces->list().size() + 1 : 1;
+  for (std::size_t k = 0; k < kinds; ++k) {
+    std::uint32_t size = _o.size_per_topic;
+    std::uint64_t ttl = _o.ttl_ns;
+    if (_o.spaces) {
+      const topic_options& t = _o.spaces->at(k);
+      size = t.history_size;
+      ttl = std::uint64_t(t.history_ttl * 1e9);
+    }
+    std::uint32_t lane = 0;
+    while (lane < _lane_ttl.size() && _lane_ttl[lane] != ttl) ++lane;
+    if (lane == _lane_ttl.size()) _lane_ttl.push_back(ttl);
+    _limits.push_back({size, lane});
+  }
+  for (std::uint32_t i = 0; i < n; ++i) _parts[i].lanes.resize(_lane_ttl.size());
   _idem_per_part = std::max<std::uint32_t>(1, _o.idempotency_keys / n);
 }
 
@@ -401,6 +444,7 @@ append_result history::append_impl(std::string_view topic, std::uint64_t now_ns,
   append_result r;
   r.part = part_of(topic);
   history_part& p = _parts[r.part];
+  const topic_limits lim = _limits[_o.spaces ? _o.spaces->index_of(topic) : 0];
   {
     std::lock_guard lock(p.mu);
     // Under the part's lock: two publishes of one key, from any threads, append once.
@@ -418,7 +462,7 @@ append_result history::append_impl(std::string_view topic, std::uint64_t now_ns,
     ++p.n.appends;
     if (!idempotency_key.empty()) remember_key(p, topic, idempotency_key, r.seq, now_ns);
     topic_map::value_type* t = nullptr;
-    std::uint32_t k = _o.size_per_topic != 0 ? take_slot(p, topic, t, _bytes) : none;
+    std::uint32_t k = lim.size != 0 ? take_slot(p, topic, lim.lane, t, _bytes) : none;
     if (k == none) {
       // Published but not retained (size 0, or out of memory): lost to anyone resuming
       // from before it.
@@ -427,8 +471,8 @@ append_result history::append_impl(std::string_view topic, std::uint64_t now_ns,
       return r;
     }
     link_entry(p, t, k, std::move(frame), r.seq, now_ns, _stamp.fetch_add(1, std::memory_order_relaxed), _bytes);
-    expire_topic(p, t, _o.ttl_ns, now_ns, _bytes);  // never the new entry: it is not old
-    while (t->second.count > _o.size_per_topic) remove_head(p, t, evict_cause::size, _bytes);
+    expire_topic(p, t, _lane_ttl[lim.lane], now_ns, _bytes);  // never the new entry: it is not old
+    while (t->second.count > lim.size) remove_head(p, t, evict_cause::size, _bytes);
   }
   if (_bytes.load(std::memory_order_relaxed) > _o.max_bytes) enforce_cap();
   return r;
@@ -449,8 +493,9 @@ void history::enforce_cap() noexcept {
     if (best == none) return;  // nothing retained anywhere: the rest is bookkeeping in flight
     history_part& p = _parts[best];
     std::lock_guard lock(p.mu);
-    if (p.oldest == none) continue;
-    remove_head(p, p.entries[p.oldest].topic, evict_cause::memory, _bytes);
+    const std::uint32_t oldest = oldest_entry(p);
+    if (oldest == none) continue;
+    remove_head(p, p.entries[oldest].topic, evict_cause::memory, _bytes);
   }
 }
 
@@ -463,7 +508,7 @@ replay_result history::replay_impl(std::string_view topic, std::string_view sinc
   std::lock_guard lock(p.mu);
   auto it = p.topics.find(topic);
   topic_map::value_type* t = it != p.topics.end() ? &*it : nullptr;
-  if (t != nullptr && !expire_topic(p, t, _o.ttl_ns, now_ns, _bytes)) t = nullptr;
+  if (t != nullptr && !expire_topic(p, t, _lane_ttl[t->second.lane], now_ns, _bytes)) t = nullptr;
   if (!known) r.lost = true;
   // Ahead of anything the part issued: never issued. A since past the topic's last event but
   // issued (to another topic of the part) is a position (`subbed`'s `at`): nothing missed.
@@ -482,15 +527,18 @@ replay_result history::replay_impl(std::string_view topic, std::string_view sinc
 }
 
 std::size_t history::expire(std::uint64_t now_ns) noexcept {
-  if (_o.ttl_ns == 0) return 0;
+  if (std::all_of(_lane_ttl.begin(), _lane_ttl.end(), [](std::uint64_t ttl) { return ttl == 0; })) return 0;
   std::size_t released = 0;
   for (std::uint32_t i = 0; i <= _mask; ++i) {
     history_part& p = _parts[i];
     std::lock_guard lock(p.mu);
     std::uint64_t before = p.n.bytes;
-    // The FIFO is in append order, so the expired entries are a prefix of it.
-    while (p.oldest != none && expired(p.entries[p.oldest], _o.ttl_ns, now_ns))
-      remove_head(p, p.entries[p.oldest].topic, evict_cause::ttl, _bytes);
+    // Each lane is in append order and of one TTL, so its expired entries are a prefix of it.
+    for (std::uint32_t l = 0; l < _lane_ttl.size(); ++l) {
+      const std::uint64_t ttl = _lane_ttl[l];
+      while (p.lanes[l].oldest != none && expired(p.entries[p.lanes[l].oldest], ttl, now_ns))
+        remove_head(p, p.entries[p.lanes[l].oldest].topic, evict_cause::ttl, _bytes);
+    }
     released += std::size_t(before - p.n.bytes);
   }
   return released;

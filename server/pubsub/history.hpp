@@ -16,12 +16,23 @@
 /// out refcount bumps, never a copy or a re-encoding.
 ///
 /// Limits: `size_per_topic` entries per topic (oldest first), `ttl_ns` of age, and
-/// `max_bytes` for the whole history. The memory cap counts the heap the history holds: each
+/// `max_bytes` for the whole history. With namespaces (`spaces`) each topic has its
+/// namespace's size and age instead: the size is looked up at each append (a few prefix
+/// compares, under no lock); the age is the topic's lane. Entries of different ages cannot
+/// share one FIFO and still expire as a prefix of it (an entry of a 1 s namespace behind one
+/// of a day would wait a day), and a sweep that skipped over the unexpired ones would walk the
+/// whole history every second. So a part keeps one FIFO per distinct TTL, a "lane" (as many as
+/// the namespaces have distinct TTLs, made at start-up; a topic's lane is fixed when its state
+/// is made, namespaces never change while running): the sweep expires a prefix of each lane,
+/// exactly as before, and never holds an entry past its age by more than a sweep's period.
+/// An append and a replay expire the topic they touch first, by the topic's own TTL, so a
+/// replay never hands out an entry older than its topic's TTL whenever the sweep runs. The
+/// memory cap is unchanged: a part's oldest entry is the oldest of its lanes' oldest ones. The memory cap counts the heap the history holds: each
 /// entry's whole pooled block (not only the frame's bytes in it), each topic's map node and
 /// name, and each part's arrays (entry slots, map buckets) at their capacity; a part that
 /// empties gives its arrays back. The memory cap evicts the globally oldest entries:
 /// every entry gets a stamp from one process-wide counter, each part keeps its entries in
-/// append order (a FIFO) and publishes its oldest stamp, and an append that pushes the total
+/// append order (a FIFO per lane, below) and publishes its oldest stamp, and an append that pushes the total
 /// over the cap evicts, one part at a time, from the part whose oldest stamp is smallest.
 ///
 /// The seam between replay and live (no gap, no duplicate): append() runs the caller's
@@ -40,8 +51,10 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "pool/shared_frame.hpp"
+#include "server/pubsub/namespaces.hpp"
 
 namespace wspush::server::pubsub {
 
@@ -58,6 +71,9 @@ struct history_options {
   /// about 380 with the longest topic and key).
   std::uint32_t idempotency_keys = 1u << 17;
   std::string epoch;                            ///< empty: random; tests fix it
+  /// Each topic's size and TTL from its namespace (its history_size and history_ttl), in place
+  /// of size_per_topic and ttl_ns; null: those for every topic. Outlives the history.
+  const namespaces* spaces = nullptr;
 };
 
 enum class evict_cause : std::uint8_t { size, ttl, memory };
@@ -149,7 +165,7 @@ class history {
                        });
   }
 
-  /// Drops every entry older than the TTL (call it from a timer, e.g. once a second).
+  /// Drops every entry older than its topic's TTL (call it from a timer, e.g. once a second).
   /// Appends and replays also expire the entries of the topic they touch. Returns the bytes
   /// (as counted against max_bytes) it released.
   std::size_t expire(std::uint64_t now_ns) noexcept;
@@ -170,7 +186,14 @@ class history {
                             std::uint64_t now_ns, void* ctx, visit_fn fn) noexcept;
   void enforce_cap() noexcept;
 
+  struct topic_limits {
+    std::uint32_t size;  ///< entries kept per topic
+    std::uint32_t lane;  ///< index into _lane_ttl
+  };
+
   history_options _o;
+  std::vector<topic_limits> _limits;     // by namespaces::index_of (one entry without namespaces)
+  std::vector<std::uint64_t> _lane_ttl;  // each distinct TTL of a namespace (ns; 0: none)
   std::string _epoch;
   std::uint32_t _mask = 0;
   std::uint32_t _idem_per_part = 0;  // idempotency keys a part remembers at most

@@ -8,7 +8,21 @@
 
 namespace wspush::server::pubsub {
 
-hub::hub(history_options o, pool::buffer_pool& buffers) : _history(std::move(o)), _buffers(buffers) {}
+namespace {
+
+/// Without namespaces: every topic has the history's limits, and the rest at its default.
+namespaces own_namespaces(const history_options& o) {
+  topic_options t;
+  t.history_size = o.size_per_topic;
+  t.history_ttl = double(o.ttl_ns) / 1e9;
+  return namespaces(t, {});
+}
+
+}  // namespace
+
+hub::hub(history_options o, pool::buffer_pool& buffers)
+    : _own(own_namespaces(o)), _spaces(o.spaces ? *o.spaces : _own), _history(std::move(o)), _buffers(buffers) {}
+
 
 pool::frame_ref hub::encode(std::string_view topic, std::string_view id, std::string_view data_raw,
                             std::string_view& topic_in_frame) noexcept {
@@ -31,7 +45,7 @@ pool::frame_ref hub::encode(std::string_view topic, std::string_view id, std::st
   std::size_t header = size - n;
   topic_in_frame = {reinterpret_cast<const char*>(l.data()) + header + proto::event_topic_offset, topic.size()};
   pool::frame_ref f = pool::frame_ref::adopt(std::move(l));
-  if (_compression) _compression->attach(_buffers, f);
+  if (_compression && _spaces.of(topic).compression) _compression->attach(_buffers, f);
   return f;
 }
 

@@ -28,6 +28,7 @@
 #include "server/conn/compression.hpp"
 #include "server/pubsub/event.hpp"
 #include "server/pubsub/history.hpp"
+#include "server/pubsub/namespaces.hpp"
 
 namespace wspush::server::pubsub {
 
@@ -39,6 +40,9 @@ enum class publish_status : std::uint8_t {
 
 class hub {
  public:
+  /// `o.spaces`: the namespaces, read by the history, by the hub (compression) and by whoever
+  /// asks spaces(); null: every topic has the history's size and TTL, client publish and
+  /// compression.
   hub(history_options o, pool::buffer_pool& buffers);
 
   /// Start-up, before the first publish: one port per shard, each outliving the hub's use.
@@ -63,6 +67,8 @@ class hub {
   bool crowded() const noexcept;
 
   history& events() noexcept { return _history; }
+  /// The options of each kind of topic (namespaces.hpp): any thread.
+  const namespaces& spaces() const noexcept { return _spaces; }
   /// Events a port refused after the publish was accepted: their shard's subscribers missed them.
   std::uint64_t dropped() const noexcept { return _dropped.load(std::memory_order_relaxed); }
 
@@ -71,6 +77,8 @@ class hub {
                          std::string_view& topic_in_frame) noexcept;
   void offer_all(const event& e, bool wake) noexcept;
 
+  namespaces _own;  // without o.spaces: the history's limits for every topic
+  const namespaces& _spaces;
   history _history;
   pool::buffer_pool& _buffers;
   compression* _compression = nullptr;

@@ -7,6 +7,8 @@
 /// subscriber.
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -40,6 +42,23 @@ class namespaces {
     for (const topic_namespace& n : _list)
       if (topic.starts_with(n.prefix)) return n.prefix;
     return {};
+  }
+  /// The namespace's place in list() for `topic`, or list().size() for the global options:
+  /// what tables indexed that way (history.cpp) find a topic's entry by.
+  std::size_t index_of(std::string_view topic) const noexcept {
+    for (std::size_t k = 0; k < _list.size(); ++k)
+      if (topic.starts_with(_list[k].prefix)) return k;
+    return _list.size();
+  }
+  /// The options at index_of's place.
+  const topic_options& at(std::size_t index) const noexcept {
+    return index < _list.size() ? _list[index].options : _defaults;
+  }
+  /// The most events any topic keeps (what bounds a whole replay).
+  std::uint32_t max_history_size() const noexcept {
+    std::uint32_t n = _defaults.history_size;
+    for (const topic_namespace& x : _list) n = std::max(n, x.options.history_size);
+    return n;
   }
   const topic_options& defaults() const noexcept { return _defaults; }
   /// Longest prefix first.

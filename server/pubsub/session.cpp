@@ -306,7 +306,14 @@ void session::client_unsub(conn_id c) noexcept {
 void session::client_pub(conn_id c) noexcept {
   const proto::envelope& env = *_env;
   pubsub_counters& n = _fanout.counters();
-  if (!proto::grants_match(grants_of(c, true), env.topic)) {
+  // The topic's namespace first: `client-publish = false` refuses whatever the token grants.
+  // Without tokens a namespace's value decides (the global one is --allow-client-publish).
+  const namespaces& spaces = _hub.spaces();
+  const topic_options& kind = spaces.of(env.topic);
+  const bool may = !kind.client_publish ? false
+                   : _tokens || &kind == &spaces.defaults() ? proto::grants_match(grants_of(c, true), env.topic)
+                                                            : true;
+  if (!may) {
     n.client_pubs_forbidden.add();
     return client_error(c, proto::client_error::forbidden, env.topic, "pub");
   }
@@ -363,7 +370,7 @@ void session::client_auth(conn_id c) noexcept {
 // ---- presence ---------------------------------------------------------------------------------
 
 void session::present(conn_id c, std::string_view topic, bool joined) noexcept {
-  const topic_options& o = _ns->of(topic);
+  const topic_options& o = _hub.spaces().of(topic);
   if (!o.presence && !o.join_leave) return;
   const std::uint32_t user = _sessions.get(c).user;
   const presence_table::change ch = joined ? _presence->add(topic, user) : _presence->remove(topic, user);
@@ -409,7 +416,7 @@ void session::client_presence(conn_id c) noexcept {
   const bool list = _env->op == proto::client_op::presence;
   const std::string_view op = list ? "presence" : "presence_count";
   if (!proto::grants_match(grants_of(c, false), topic)) return client_error(c, proto::client_error::forbidden, topic, op);
-  if (!_presence || !_ns->of(topic).presence) return client_error(c, proto::client_error::not_enabled, topic, op);
+  if (!_presence || !_hub.spaces().of(topic).presence) return client_error(c, proto::client_error::not_enabled, topic, op);
   try {
     _presence->read(topic, list ? max_presence_users : 0, _reading);
   } catch (const std::bad_alloc&) {

@@ -42,13 +42,10 @@ class session final : public application, private bus_reply_handler {
   /// shard (number `shard`) holds in it the topics its connections want (bus_port.hpp). A long
   /// replay is sent while a connection has less than half of `max_pending_bytes` unsent.
   void use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pending_bytes) noexcept;
-  /// Presence and join/leave where the topic's namespace keeps them: this shard's subscribes
-  /// and unsubscribes of such topics are counted in `table` (process-wide), and the `presence`
-  /// ops read it. Both must outlive the session.
-  void use_presence(const namespaces& ns, presence_table& table) noexcept {
-    _ns = &ns;
-    _presence = &table;
-  }
+  /// Presence and join/leave where the topic's namespace keeps them (the hub's namespaces):
+  /// this shard's subscribes and unsubscribes of such topics are counted in `table`
+  /// (process-wide), and the `presence` ops read it. It must outlive the session.
+  void use_presence(presence_table& table) noexcept { _presence = &table; }
   /// The users revoked lately: an in-band `auth` with a token they revoked is refused.
   void use_revocations(const revocation_list* r) noexcept { _revoked = r; }
   ~session() override;
@@ -109,7 +106,6 @@ class session final : public application, private bus_reply_handler {
   std::vector<pool::frame_ref> _replay;  // scratch: a sub's replayed events
   std::string _names;                    // scratch: topic names an auth removes (the registry forgets them)
   std::vector<std::string_view> _gone;   // scratch: views into _names
-  const namespaces* _ns = nullptr;       // with presence (use_presence)
   presence_table* _presence = nullptr;
   presence_table::reading _reading;      // scratch: a presence op's answer
   std::vector<proto::presence_user> _listed;

@@ -5,10 +5,12 @@ command line.
 - A server whose command line is only `--config FILE --io X` listens where the file says, in the
   file's mode, with the file's --max-connections (the next upgrade gets 503);
 - WSPUSH_MAX_CONNECTIONS wins over the file, --max-connections over both;
-- a bad file (unknown key, bad value, wrong TOML type, TOML syntax) is refused at start: exit 2,
+- a bad file (unknown key, bad value, wrong TOML type, TOML syntax; in a namespace table too, an
+  empty or bad prefix, a table given twice) is refused at start: exit 2,
   its name, line, column and key on stderr, nothing listening;
 - SIGHUP reads the file again: an option changed there is logged as needing a restart and keeps
-  its running value; a file that no longer parses is logged with its line and changes nothing;
+  its running value, and so is a namespace table added or changed; a file that no longer parses is
+  logged with its line and changes nothing;
   the server serves throughout.
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
@@ -103,6 +105,19 @@ BAD_FILES = [
     ("wrong TOML type", base_file(2) + "reuseport = \"yes\"\n", "7:13: reuseport: expected true or false, got a string"),
     ("TOML syntax", base_file(2) + "history-size = 1 2\n", "7:18: "),
     ("config in the file", 'config = "/etc/wspush/wspush.toml"\n' + base_file(2), "1:1: config: "),
+    # [namespace."<prefix>"] tables: the one table the file may hold.
+    ("namespace: unknown key", base_file(2) + '[namespace."mailbox:"]\nhistory-sise = 3\n',
+     '8:1: namespace "mailbox:": unknown key "history-sise"'),
+    ("namespace: bad value", base_file(2) + '[namespace."mailbox:"]\nhistory-ttl = -1\n',
+     "8:15: namespace \"mailbox:\": history-ttl: '-1' is not a number of seconds"),
+    ("namespace: wrong TOML type", base_file(2) + '[namespace."mailbox:"]\nclient-publish = "no"\n',
+     '8:18: namespace "mailbox:": client-publish: expected true or false, got a string'),
+    ("namespace: empty prefix", base_file(2) + '[namespace.""]\npresence = true\n', '7:12: namespace "": the prefix is empty'),
+    ("namespace: not a topic prefix", base_file(2) + '[namespace."mail box:"]\n',
+     '7:12: namespace "mail box:": not a topic prefix'),
+    ("namespace: given twice", base_file(2) + '[namespace."a:"]\npresence = true\n[namespace."a:"]\n',
+     '9:1: the table [namespace."a:"] is given twice'),
+    ("another table", base_file(2) + "[redis]\ntimeout = 3\n", '7:2: unknown option "redis"'),
 ]
 
 
@@ -149,6 +164,16 @@ def sighup(args, tmp: str) -> None:
         hup(re.escape(f"SIGHUP: configuration NOT reloaded, the running one stays: {path}:6:19: max-connections: "
                       "'-1' is not a whole number"), "a bad value")
         capacity_is(server, 2, [held])
+        # A namespace added, then changed: each needs a restart.
+        write(path, base_file(2) + '[namespace."mailbox:"]\nhistory-size = 20\n')
+        hup(re.escape(f'SIGHUP: {path}:7: namespace "mailbox:" added: it needs a restart'), "a namespace added")
+        with ConfigServer(args.server, args.io, path, quiet=not args.verbose) as other:
+            mark = len(other.log)
+            write(path, base_file(2) + '[namespace."mailbox:"]\nhistory-size = 30\n')
+            os.kill(other.proc.pid, signal.SIGHUP)
+            other.wait_for_log(re.escape(f'SIGHUP: {path}:7: namespace "mailbox:" changed: it needs a restart; the '
+                                         "running one stays in effect until then"), scaled(10),
+                               what="a namespace changed", start=mark)
         with RawWebSocket(server.port).open() as newcomer:
             echo(newcomer, "new after the reloads")
         held.close_socket()

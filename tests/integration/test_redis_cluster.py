@@ -31,33 +31,16 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wsp_bus import connect, node, readyz, resume_on_other_node, slot_of  # noqa: E402
+from wsp_bus import connect, node, readyz, resume_on_other_node, slot_of, tag_of  # noqa: E402
 from wsp_redis import RedisCluster, RedisServer, _encode, _read_resp  # noqa: E402
 from wsp_testlib import (Findings, ServerProcess, arg_parser, check, metric, poll_until,  # noqa: E402
                          publish, publish_ok, recv_json, run_main, scaled, subscribe)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TTL_MS = 60000
-DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-# ---- the rule, transcribed from docs/REDIS.md (the slot: wsp_bus.py) ----------------------------
-
-def base36(n: int) -> str:
-    out = DIGITS[n % 36]
-    while n >= 36:
-        n //= 36
-        out = DIGITS[n % 36] + out
-    return out
-
-
-def tag_of(slot: int) -> str:
-    """The first word 0, 1, ..., z, 10, ... (base 36) whose CRC16 falls in the slot."""
-    n = 0
-    while slot_of(base36(n)) != slot:
-        n += 1
-    return base36(n)
-
+# ---- the rule, transcribed from docs/REDIS.md (the slot and its tag: wsp_bus.py) -----------------
 
 def keys(topic: str) -> "tuple[str, str, str]":
     """(stream, shard channel, epoch) of a topic under Redis Cluster."""

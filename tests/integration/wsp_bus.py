@@ -28,6 +28,26 @@ def slot_of(topic: str) -> int:
     return crc16(topic.encode()) % 16384
 
 
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def base36(n: int) -> str:
+    out = DIGITS[n % 36]
+    while n >= 36:
+        n //= 36
+        out = DIGITS[n % 36] + out
+    return out
+
+
+def tag_of(slot: int) -> str:
+    """Under Redis Cluster, the tag of a slot's keys: the first word 0, 1, ..., z, 10, ... (base 36)
+    whose CRC16 falls in the slot."""
+    n = 0
+    while slot_of(base36(n)) != slot:
+        n += 1
+    return base36(n)
+
+
 def jump_hash(key: int, buckets: int) -> int:
     """Jump consistent hash (Lamping and Veach, 2014)."""
     b, j = -1, 0

@@ -335,3 +335,111 @@ TEST_CASE("config file: SIGHUP names each option changed in the file as needing 
   REQUIRE(lines.size() == 1);
   CHECK(lines[0] == f.path + ": max-connections changed (2 -> 0): it needs a restart; 2 stays in effect until then");
 }
+
+TEST_CASE("config file: --presence and --join-leave are switches like every option") {
+  CHECK_FALSE(parse({"--auth=none"}).topics.presence);
+  CHECK_FALSE(parse({"--auth=none"}).topics.join_leave);
+  CHECK(parse({"--auth=none", "--presence"}).topics.presence);
+  temp_file f("auth = \"none\"\njoin-leave = true\n");
+  CHECK(parse_file(f).topics.join_leave);
+  scoped_env e("WSPUSH_PRESENCE", "true");
+  CHECK(parse_file(f).topics.presence);
+  CHECK_THAT(help_text(), Catch::Contains("--presence") && Catch::Contains("--join-leave") &&
+                              Catch::Contains("[namespace.\"mailbox:\"]"));
+}
+
+TEST_CASE("config file: the global topic options gather history, compression and client publish") {
+  const config c = parse({"--auth=none", "--history-size=7", "--history-ttl=9", "--compression=off"});
+  CHECK(c.topics.history_size == 7);
+  CHECK(c.topics.history_ttl == 9);
+  CHECK_FALSE(c.topics.compression);
+  CHECK_FALSE(c.topics.client_publish);  // --auth=none without --allow-client-publish
+  CHECK(parse({"--auth=none", "--allow-client-publish"}).topics.client_publish);
+  CHECK(parse({"--jwt-secret=s"}).topics.client_publish);  // tokens: their pub claim decides
+  CHECK(c.namespaces.empty());
+}
+
+TEST_CASE("config file: namespace tables take each key they do not give from the global options") {
+  temp_file f(
+      "auth = \"none\"\n"
+      "history-size = 50\n"
+      "presence = true\n"
+      "\n"
+      "[namespace.\"mailbox:\"]\n"
+      "history-size = 20\n"
+      "history-ttl = 86400\n"
+      "join-leave = false\n"
+      "client-publish = false\n"
+      "\n"
+      "[namespace.\"team:\"]\n"
+      "join-leave = true\n"
+      "compression = \"off\"\n"
+      "client-publish = true\n");
+  const config c = parse_file(f, {"--history-ttl=60"});
+  REQUIRE(c.namespaces.size() == 2);
+  const topic_namespace &mail = c.namespaces[0], &team = c.namespaces[1];
+  CHECK(mail.prefix == "mailbox:");
+  CHECK(mail.where == f.path + ":5");
+  CHECK(mail.options.history_size == 20);
+  CHECK(mail.options.history_ttl == 86400);
+  CHECK(mail.options.presence);  // the global value
+  CHECK_FALSE(mail.options.join_leave);
+  CHECK_FALSE(mail.options.client_publish);
+  CHECK(mail.options.compression);
+  CHECK(team.prefix == "team:");
+  CHECK(team.options.history_size == 50);  // the file's global value
+  CHECK(team.options.history_ttl == 60);   // the command line's
+  CHECK(team.options.join_leave);
+  CHECK_FALSE(team.options.compression);
+  CHECK(team.options.client_publish);
+  CHECK_FALSE(c.topics.client_publish);
+}
+
+TEST_CASE("config file: a bad namespace table is refused with its line, column and key") {
+  const std::string head = "auth = \"none\"\n";
+  CHECK_THAT(error_of(head + "[namespace.\"mailbox:\"]\nhistory-sise = 20\n"),
+             Catch::Contains(":3:1: namespace \"mailbox:\": unknown key \"history-sise\"") &&
+                 Catch::Contains("history-size, history-ttl, presence, join-leave, client-publish, compression"));
+  CHECK_THAT(error_of(head + "[namespace.\"mailbox:\"]\nhistory-size = -1\n"),
+             Catch::EndsWith(":3:16: namespace \"mailbox:\": history-size: '-1' is not a whole number in [0, 1000000]"));
+  CHECK_THAT(error_of(head + "[namespace.\"mailbox:\"]\nhistory-ttl = 0\n"),
+             Catch::Contains(":3:15: namespace \"mailbox:\": history-ttl: '0' is not a number of seconds in (0, 86400]"));
+  CHECK_THAT(error_of(head + "[namespace.\"mailbox:\"]\npresence = \"yes\"\n"),
+             Catch::Contains(":3:12: namespace \"mailbox:\": presence: expected true or false, got a string"));
+  CHECK_THAT(error_of(head + "[namespace.\"mailbox:\"]\ncompression = \"maybe\"\n"),
+             Catch::Contains(":3:15: namespace \"mailbox:\": compression: 'maybe' is not a boolean"));
+  CHECK_THAT(error_of(head + "[namespace.\"\"]\npresence = true\n"),
+             Catch::Contains(":2:12: namespace \"\": the prefix is empty"));
+  CHECK_THAT(error_of(head + "[namespace.\"mail box:\"]\npresence = true\n"),
+             Catch::Contains(":2:12: namespace \"mail box:\": not a topic prefix"));
+  CHECK_THAT(error_of(head + "[namespace.\"mail*\"]\n"), Catch::Contains("namespace \"mail*\": not a topic prefix"));
+  CHECK_THAT(error_of(head + "[namespace.\"" + std::string(129, 'a') + "\"]\n"), Catch::Contains("not a topic prefix"));
+  CHECK_THAT(error_of(head + "[namespace.\"a:\"]\n[namespace.\"a:\".deeper]\n"),
+             Catch::Contains(":3:17: namespace \"a:\": unknown key \"deeper\""));
+  CHECK_THAT(error_of(head + "namespace = 3\n"), Catch::Contains(":2:13: namespace: expected tables"));
+  CHECK_THAT(error_of(head + "[namespace]\n\"a:\" = 3\n"), Catch::Contains(":3:1: namespace \"a:\": expected a table"));
+  // TOML itself refuses a table given twice (any quoting): the message names it, with its place.
+  CHECK_THAT(error_of(head + "[namespace.\"a:\"]\npresence = true\n[namespace.'a:']\n"),
+             Catch::EndsWith(":4:1: the table [namespace.'a:'] is given twice: a table is written once (a namespace: "
+                             "one table per prefix)"));
+  CHECK_THAT(error_of(head + "[namespace.\"a:\"]\n\n  [namespace.\"a:\"]  # again\n"),
+             Catch::Contains(":4:3: the table [namespace.\"a:\"] is given twice"));
+  // Only the file holds them.
+  CHECK_THROWS_WITH(parse({"--auth=none", "--namespace=a:"}), Catch::Contains("unknown option --namespace"));
+  // Any other table is an unknown option still.
+  CHECK_THAT(error_of(head + "[namespaces.\"a:\"]\n"), Catch::Contains("unknown option \"namespaces\""));
+}
+
+TEST_CASE("config file: SIGHUP names a namespace added, removed or changed as needing a restart") {
+  temp_file f("auth = \"none\"\n[namespace.\"a:\"]\nhistory-size = 5\n[namespace.\"b:\"]\npresence = true\n");
+  const config running = parse_file(f);
+  CHECK(config_changes(running, parse_file(f)).empty());
+  f.rewrite("auth = \"none\"\n[namespace.\"b:\"]\npresence = true\n[namespace.\"a:\"]\nhistory-size = 5\n");
+  CHECK(config_changes(running, parse_file(f)).empty());  // the order of the tables is no change
+  f.rewrite("auth = \"none\"\n[namespace.\"a:\"]\nhistory-size = 6\n[namespace.\"c:\"]\npresence = true\n");
+  const std::vector<std::string> lines = config_changes(running, parse_file(f));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == f.path + ":2: namespace \"a:\" changed: it needs a restart; the running one stays in effect until then");
+  CHECK(lines[1] == f.path + ": namespace \"b:\" removed: it needs a restart; it stays in effect until then");
+  CHECK(lines[2] == f.path + ":4: namespace \"c:\" added: it needs a restart to take effect");
+}

@@ -18,6 +18,7 @@
 
 using namespace wspush;
 using namespace wspush::server::pubsub;
+using namespace wspush::server;
 
 TEST_CASE("registry: subscribe and unsubscribe allocate nothing in steady state") {
   topic_registry r;
@@ -69,4 +70,42 @@ TEST_CASE("history: appends at the size limit and replays allocate nothing") {
   }
   CHECK(wspush::test::thread_allocation_count() == before);
   CHECK(replayed == 100 * 8);
+}
+
+TEST_CASE("history: with namespaces, appends at each one's size limit and replays allocate nothing") {
+  pool::buffer_pool buffers;
+  topic_options global;
+  global.history_size = 8;
+  global.history_ttl = 300;
+  topic_options mailbox = global;
+  mailbox.history_size = 4;
+  mailbox.history_ttl = 86400;
+  const namespaces spaces(global, {{"mailbox:", mailbox, "test"}, {"team:", global, "test"}});
+  history_options o;
+  o.epoch = "e1";
+  o.spaces = &spaces;
+  history h(o);
+  auto append = [&](std::string_view topic) {
+    return h.append(topic, 0, [&](std::string_view id, std::uint64_t) {
+      pool::lease l = buffers.acquire(64);
+      std::memcpy(l.data(), id.data(), id.size());
+      l.set_size(id.size());
+      return pool::frame_ref::adopt(std::move(l));
+    });
+  };
+  for (int i = 0; i < 16; ++i) {  // entries, lanes and the pool warm
+    REQUIRE(append("mailbox:1").ok);
+    REQUIRE(append("room:1").ok);
+  }
+  std::size_t before = wspush::test::thread_allocation_count();
+  std::size_t replayed = 0;
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(append("mailbox:1").ok);
+    REQUIRE(append("room:1").ok);
+    h.replay("mailbox:1", "e1:0", UINT64_MAX, 0, [&](std::uint64_t, const pool::frame_ref&) { ++replayed; });
+    h.replay("room:1", "e1:0", UINT64_MAX, 0, [&](std::uint64_t, const pool::frame_ref&) { ++replayed; });
+    h.expire(0);
+  }
+  CHECK(wspush::test::thread_allocation_count() == before);
+  CHECK(replayed == 100 * (4 + 8));
 }
