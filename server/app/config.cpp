@@ -282,6 +282,10 @@ const std::vector<option>& options() {
       {"join-leave", "", "a topic's subscribers hear a user's first subscribe and last leave (join/leave events; "
        "presence is kept for it); a namespace of the --config file may say otherwise for its topics",
        SWITCH("join-leave", topics.join_leave)},
+      {"presence-ttl", "SECONDS",
+       "with --bus=redis://...: a node's word on who is subscribed lasts this long in Redis, said again every third "
+       "of it; a node that dies without a word drops out of every presence within this time",
+       SECS("presence-ttl", presence_ttl)},
       {"idempotency-window", "SECONDS",
        "a publish (admin API, batch line, client pub) carrying an idempotency_key already published on its topic "
        "within this is not published again: it is answered with the first one's id. With --bus=redis://... the "
@@ -630,6 +634,8 @@ config parse_config(int argc, char** argv) {
   if (c.redis_wait_replicas > 0 && 2.0 * c.redis_wait_ms >= c.redis_timeout * 1000)
     throw config_error("--redis-wait-ms must be under half of --redis-timeout: the link waits for WAIT (a batch for "
                        "at most two), and a wait that long would mark the bus stalled");
+  if (c.presence_ttl < 3 || c.presence_ttl > 86400)
+    throw config_error("--presence-ttl is 3 to 86400 seconds: a node says its presence again every third of it");
   if (c.idempotency_window < 1)
     throw config_error("--idempotency-window is at least 1 second: a retry comes later than that");
   if (c.tls_cert.empty() != c.tls_key.empty())

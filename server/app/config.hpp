@@ -53,6 +53,8 @@ struct config {
   // within it, and it bounds what the keys cost (as long as the default history: a retry of an
   // event still in the history is caught).
   double idempotency_window = 300;
+  // Presence on the Redis bus: how long a node's word lasts there (it says it again every third).
+  double presence_ttl = 30;
   std::uint32_t revocation_ttl = 3600;     // POST /disconnect: how long a revoked user's older tokens are refused (0: off)
   std::uint32_t max_revocations = 100000;  // revoked users remembered (the oldest forgotten first)
   unsigned pool_workers = 1;       // initial

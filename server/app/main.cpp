@@ -235,6 +235,7 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
   o.wait_replicas = cfg.redis_wait_replicas;
   o.wait_ms = cfg.redis_wait_ms;
   o.idempotency_window = cfg.idempotency_window;
+  o.presence_ttl_ms = std::uint32_t(cfg.presence_ttl * 1000);
   o.revocation_ttl = cfg.revocation_ttl;
   o.max_revocations = cfg.max_revocations;
   std::string where;
@@ -248,6 +249,26 @@ std::unique_ptr<wspush::server::bus::redis_bus> make_bus(const config& cfg, wspu
       where.c_str(), o.cluster ? " (Redis Cluster seeds)" : o.targets.size() > 1 ? " (isolated shards: each topic on one)" : "", cfg.history_size,
       cfg.history_ttl, o.max_event_bytes);
   return std::make_unique<wspush::server::bus::redis_bus>(o, buffers);
+}
+
+/// GET /presence on the Redis bus: the topic's hash in Redis, across the nodes (the admin thread
+/// waits for it, at most --redis-timeout).
+std::uint16_t render_bus_presence(wspush::server::bus::redis_bus& bus, const wspush::server::pubsub::namespaces& spaces,
+                                  double timeout, std::string_view topic, bool count_only, std::string& body) {
+  if (!spaces.of(topic).presence) {
+    body = R"({"error":"not_enabled","reason":"the topic's namespace keeps no presence"})";
+    return 404;
+  }
+  const auto a = bus.presence_wait(topic, count_only, std::chrono::milliseconds(std::int64_t(timeout * 1000)));
+  if (!a.ok) {
+    body = R"({"error":"unavailable","reason":"Redis did not answer"})";
+    return 503;
+  }
+  std::vector<wspush::proto::presence_user> users;
+  users.reserve(a.users.size());
+  for (const auto& [user, n] : a.users) users.push_back({user, n});
+  wspush::server::pubsub::render_presence_body(topic, count_only, users, a.user_count, a.connections, body);
+  return 200;
 }
 
 int run(const config& cfg, int argc, char** argv) {
@@ -281,12 +302,9 @@ int run(const config& cfg, int argc, char** argv) {
   if (tokens && cfg.mode == app_mode::pubsub) shared.users = &users;  // the session leaves them
   std::optional<wspush::server::pubsub::presence_table> presence;
   if (cfg.mode == app_mode::pubsub && spaces.any_presence()) {
-    if (bus) {
-      log(log_level::error, "--presence and --join-leave need the embedded bus for now (presence across Redis nodes is not built yet)");
-      return 2;
-    }
     presence.emplace();
     shared.presence = &*presence;
+    if (bus) bus->set_presence(*presence, users);  // said to Redis, again and again (redis_bus_presence.cpp)
   }
   revocation_list revocations(cfg.revocation_ttl, cfg.max_revocations);
   if (tokens && cfg.mode == app_mode::pubsub && revocations.enabled()) shared.revoked = &revocations;
@@ -339,6 +357,7 @@ int run(const config& cfg, int argc, char** argv) {
   admin_options ao = admin_options_of(cfg);
   if (presence)
     ao.presence = [&](std::string_view topic, bool count_only, std::string& body) {
+      if (bus) return render_bus_presence(*bus, spaces, cfg.redis_timeout, topic, count_only, body);
       return wspush::server::pubsub::render_presence(*presence, spaces, shared.users, topic, count_only, body);
     };
   if (revokes) register_revoke_metrics(metrics, revocations);

@@ -420,6 +420,7 @@ void redis_bus::on_tick(std::uint32_t tick) noexcept {
   if (_o.cluster && !_map_in_flight && (_map_wanted || std::int32_t(tick - _next_map_tick) >= 0)) ask_map();
   if (sentinel()) watch_sentinels();
   expire_held();
+  refresh_presence();
   watch_stall();
 }
 
@@ -517,6 +518,7 @@ void redis_bus::take_requests() noexcept {
     handle(r);
   }
   send_publishes();
+  for (auto& in : _instances) send_presence(*in);
   _taking.clear();
 }
 
@@ -529,6 +531,8 @@ void redis_bus::handle(request& r) noexcept {
     case request::client_pub:
     case request::admin_pub: return gather_publish(r), send_publishes();
     case request::revoke: return handle_revoke(std::move(r.topic), std::int64_t(r.tag));
+    case request::presence_set: return gather_presence(r);
+    case request::presence_get: return handle_presence_get(r);
   }
 }
 

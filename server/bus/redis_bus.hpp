@@ -75,9 +75,15 @@
 #include "server/pubsub/bus_port.hpp"
 #include "server/pubsub/event.hpp"
 #include "server/pubsub/namespaces.hpp"
+#include "server/pubsub/presence.hpp"
 #include "server/reactor/loop.hpp"
 
+namespace wspush::server {
+class user_table;
+}
+
 namespace wspush::server::bus {
+
 
 struct redis_bus_options {
   std::vector<redis_target> targets;  ///< each Redis (isolated shards, in --bus order), or a cluster's seeds: at least one
@@ -111,6 +117,10 @@ struct redis_bus_options {
   /// replies, and a namespace without compression gets no compressed twins. Null: none.
   /// Outlives the bus.
   const pubsub::namespaces* spaces = nullptr;
+  /// --presence-ttl: presence in Redis (where a namespace keeps it): each node's word on a
+  /// (topic, user) lasts this long, and the node says it again every third of it, so a node that
+  /// dies without a word drops out of every presence within this time.
+  std::uint32_t presence_ttl_ms = 30000;
 };
 
 /// A revoke heard from Redis (bus thread): another node's (`loaded` false), or one read from
@@ -179,6 +189,19 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   bool readable_since(std::string_view id) const noexcept override;
   bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data,
                std::string_view idempotency_key) noexcept override;
+  void presence_set(std::string_view topic, std::string_view user, std::uint32_t connections,
+                    bool announce) noexcept override;
+  bool presence_get(std::uint32_t shard, conn_id conn, std::uint64_t request, std::string_view topic,
+                    bool count_only) noexcept override;
+  /// Any thread but the bus's (GET /presence): `topic`'s presence across the nodes, waiting at
+  /// most `timeout` for Redis (every user listed; count_only: none). Not ok: down, or no answer.
+  pubsub::presence_answer presence_wait(std::string_view topic, bool count_only, std::chrono::milliseconds timeout);
+  /// Start-up, before start(): the node's presence (the shards count it, the bus says it again to
+  /// Redis every presence_refresh_seconds) and the names of its users.
+  void set_presence(const pubsub::presence_table& table, const user_table& users) noexcept {
+    _presence = &table;
+    _presence_users = &users;
+  }
 
   /// Any thread but the bus's (the admin API): publishes and waits for Redis's answer, at most
   /// `timeout`. ok: `id` holds the event's id; refused: Redis said no (`id` holds why). A
@@ -328,6 +351,14 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void announce_lost(const std::string& topic) noexcept;
   void forget(std::unordered_map<std::uint64_t, pending>::iterator it) noexcept;
   void handle_withdraw(std::uint32_t shard, std::uint64_t request) noexcept;
+  // Presence (redis_bus_presence.cpp).
+  struct presence_waiter;
+  void gather_presence(request& r) noexcept;
+  void send_presence(instance& in) noexcept;
+  void handle_presence_get(request& r) noexcept;
+  void presence_got(op& o, const resp::reply* r) noexcept;
+  void refresh_presence() noexcept;
+  void join_leave(std::string_view topic, std::string_view payload) noexcept;
   // Revokes (redis_bus_revoke.cpp).
   bool revokes_shared() const noexcept;
   bool control_home(const instance& in) const noexcept;
@@ -422,6 +453,10 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::string_view _wait_argv[3];  // WAIT <replicas> <ms>
   std::string _window_ms;          // the idempotency window, as keyed batches pass it
   std::uint32_t _tick = 0;
+  const pubsub::presence_table* _presence = nullptr;  // set_presence: what the node says again
+  const user_table* _presence_users = nullptr;
+  std::uint32_t _presence_part = 0;       // the refresh's next part of the table
+  std::uint32_t _presence_next_tick = 0;  // when it goes on
   std::unordered_map<std::string, topic_state> _topics;
   std::unordered_map<std::uint64_t, pending> _pending;
   std::unordered_map<std::uint64_t, std::uint64_t> _pid_of_request;  // a sub's request_key -> its pending

@@ -130,6 +130,20 @@ using namespace detail;
 
 // ---- the parts ------------------------------------------------------------------------------
 
+/// GET /presence waiting for Redis's answer (presence_wait).
+struct redis_bus::presence_waiter {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  pubsub::presence_answer answer;
+  void finish(pubsub::presence_answer a) {
+    std::lock_guard lock(m);
+    answer = std::move(a);
+    done = true;
+    cv.notify_all();
+  }
+};
+
 struct redis_bus::waiter {
   std::mutex m;
   std::condition_variable cv;
@@ -153,7 +167,7 @@ struct redis_bus::waiter {
 };
 
 struct redis_bus::request {
-  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more, revoke } kind = sub;
+  enum kind_t : std::uint8_t { sub, release, client_pub, admin_pub, withdraw, more, revoke, presence_set, presence_get } kind = sub;
   std::uint32_t shard = 0;
   std::uint64_t tag = 0;  // client_pub: the session's tag; revoke: when (unix seconds), `topic` the sub
   std::string topic, data;
@@ -162,6 +176,10 @@ struct redis_bus::request {
   std::uint64_t sub_request = 0;  // withdraw, more: the sub's number (bus_sub::request)
   std::uint64_t room = 0;         // more: what the connection can take (bytes)
   std::string key = {};           // client_pub, admin_pub: its idempotency key (empty: none)
+  // presence_set: `topic`, `data` the user, `tag` its connections here, `room` 1: announce.
+  // presence_get: `topic`, `shard`, `tag` the connection, `sub_request` the session's number,
+  // `room` 1: counts only; or `pw` (the admin API waits).
+  std::shared_ptr<presence_waiter> pw = {};
 };
 
 /// One publish of a batch (op::publishes), answered from its element of the reply.
@@ -179,7 +197,7 @@ struct redis_bus::batched_pub {
 
 struct redis_bus::op {
   enum kind_t : std::uint8_t { setup, role, epoch, replay, publishes, wait, marker, mark, node_bytes, slots, sentinel_addr,
-                               revoke, revocations, other };
+                               revoke, revocations, presence, presence_get, other };
   explicit op(kind_t k, std::uint64_t p = 0, std::uint32_t i = 0) noexcept : kind(k), pid(p), index(i) {}
   kind_t kind;
   std::uint64_t pid = 0;
@@ -191,6 +209,9 @@ struct redis_bus::op {
   bool unconfirmed = false; // publishes: durable, but no WAIT could follow them (no memory)
   redis_bus* bus = nullptr;
   instance* in = nullptr;   // the Redis it was sent to
+  std::string topic;        // presence_get: the topic asked (pid: the session's number, tag: the connection)
+  bool count_only = false;
+  std::shared_ptr<presence_waiter> pw;  // presence_get asked by the admin API
 };
 
 /// One Redis of the bus: its two links and what the bus knows of it. The bus is up on it once
@@ -232,6 +253,8 @@ struct redis_bus::instance {
   std::vector<std::string> to_subscribe, to_unsubscribe;
   std::size_t awaiting = 0;  // channels of sent (UN)SUBSCRIBE commands not yet confirmed
   std::uint32_t small_batch_tick = UINT32_MAX;  // the tick a batch short of full_sub_batch last went
+  // Presence words taken and not sent yet (args of wspush_presence: topic, user, n, announce).
+  std::vector<std::string> presence_words;
   // The publishes taken and not sent yet (take_requests batches them per Redis).
   std::vector<request*> gathered;
   std::size_t gathered_bytes = 0;

@@ -268,9 +268,11 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       }
       return;
     case op::revocations: return revocations_loaded(r);
+    case op::presence_get: return presence_got(*o, r);
     case op::slots:  // answered above
     case op::sentinel_addr:
     case op::revoke:
+    case op::presence:
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;
@@ -460,6 +462,7 @@ bool redis_bus::valid_data(std::string_view data) noexcept {
 /// One publish from Redis: framed once, kept aside for the replays that wait for it, and
 /// offered to every shard (unless a catch-up of the topic holds it back to keep the order).
 void redis_bus::live(std::string_view topic, std::string_view payload) noexcept {
+  if (payload.starts_with("join ") || payload.starts_with("leave ")) return join_leave(topic, payload);
   const auto space = payload.find(' ');
   std::uint64_t ms = 0, seq = 0;
   if (space == std::string_view::npos || !proto::is_valid_topic(topic) ||

@@ -38,8 +38,11 @@
 --   wspush:idem:<g>:<topic>  hash: idempotency key -> "<ms> <id>" of the keys published in
 --                         generation g = floor(ms / idem_ms) (wspush:config idem_ms, the nodes'
 --                         --idempotency-window); it expires at the end of generation g + 1
+--   wspush:presence:<topic>  hash (presence, where a namespace keeps it): user -> the nodes it is
+--                         subscribed on, "<node> <connections> <expires ms>;..." (below)
 -- Channel:
---   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"
+--   wspush:topic:<topic>  every publish, as "<epoch>:<stream id> <data>"; and where a namespace
+--                         announces them, "join <user>" / "leave <user>" (no id: not an event)
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -566,6 +569,106 @@ redis.register_function{function_name = 'wspush_publish_keyed', callback = publi
 redis.register_function{function_name = 'wspush_publish_many_keyed', callback = publish_many_keyed,
                         flags = {'allow-cross-slot-keys'}}
 redis.register_function{function_name = 'wspush_replay', callback = replay, flags = {'no-writes'}}
+
+-- ---- presence ------------------------------------------------------------------------------
+-- Who is subscribed to a topic whose namespace keeps presence, across the nodes. Each node says
+-- what it has, per user: how many of that user's connections are subscribed to the topic on it
+-- (0: none any more), and says it again every presence_ttl / 3 while it lasts, so that a node
+-- that dies without a word drops out once its entries expire (each is kept presence_ttl ms from
+-- the node's last word). The topic's hash, in its slot: user -> "<node> <n> <expires ms>;...".
+--
+--   FCALL wspush_presence 0 <node> <ttl ms> <topic> <user> <n> <announce> [<topic> <user> <n> <announce> ...]
+--   Under Redis Cluster, one topic a call: FCALL wspush_presence 1 wspush:{<tag>}:presence:<topic> ...
+--     -> for each quadruple: 1 the user's first connection anywhere (joined), 2 its last (left), 0 neither
+--
+-- With <announce> 1 a join or leave is published on the topic's channel as "join <user>" or
+-- "leave <user>". The hash expires with its last entry.
+
+-- The live entries of one user's value: {node = {n, expires}}, and how many connections in all.
+local function present_nodes(v, now)
+  local nodes, total = {}, 0
+  if not v then return nodes, 0 end
+  for node, n, exp in string.gmatch(v, '([^ ;]+) (%d+) (%d+)') do
+    n, exp = tonumber(n), tonumber(exp)
+    if exp > now and n > 0 then
+      nodes[node] = {n, exp}
+      total = total + n
+    end
+  end
+  return nodes, total
+end
+
+local function presence_value(nodes)
+  local parts = {}
+  for node, e in pairs(nodes) do parts[#parts + 1] = node .. ' ' .. e[1] .. ' ' .. string.format('%.0f', e[2]) end
+  return table.concat(parts, ';')
+end
+
+local function presence(keys, args)
+  local p = space(keys, 'presence:')
+  if not p then return redis.error_reply('ERR wspush: the key is not a wspush presence hash (docs/REDIS.md)') end
+  local node, ttl = args[1], tonumber(args[2])
+  if type(node) ~= 'string' or #node == 0 or string.find(node, '[ ;]') or not ttl or ttl <= 0 or (#args - 2) % 4 ~= 0 then
+    return redis.error_reply('ERR wspush: bad presence arguments')
+  end
+  local now = now_ms()
+  local out = {}
+  for i = 3, #args, 4 do
+    local topic, user, n, announce = args[i], args[i + 1], tonumber(args[i + 2]), args[i + 3]
+    if not valid_topic(topic) or type(user) ~= 'string' or #user == 0 or not n or n < 0 then
+      return redis.error_reply('ERR wspush: bad presence arguments')
+    end
+    local key = p .. 'presence:' .. topic
+    if #keys > 0 and key ~= keys[1] then return redis.error_reply('ERR wspush: the key is not the topic\'s') end
+    local nodes, before = present_nodes(redis.call('HGET', key, user), now)
+    if n > 0 then nodes[node] = {n, now + ttl} else nodes[node] = nil end
+    local v = presence_value(nodes)
+    local total = 0
+    for _, e in pairs(nodes) do total = total + e[1] end
+    if v == '' then redis.call('HDEL', key, user) else redis.call('HSET', key, user, v) end
+    -- Every entry expires within ttl of now (Redis's own clock): so does the hash.
+    if v ~= '' then redis.call('PEXPIRE', key, ttl) end
+    local change = 0
+    if before == 0 and total > 0 then change = 1 elseif before > 0 and total == 0 then change = 2 end
+    if change ~= 0 and announce == '1' then
+      local what = (change == 1 and 'join ' or 'leave ') .. user
+      if p ~= 'wspush:' then redis.call('SPUBLISH', p .. 'topic:' .. topic, what)
+      else redis.call('PUBLISH', 'wspush:topic:' .. topic, what) end
+    end
+    out[#out + 1] = change
+  end
+  return out
+end
+
+--   FCALL_RO wspush_presence_get 0 <topic> <max users>  (Cluster: 1 wspush:{<tag>}:presence:<topic>)
+--     -> {user count, connections, user, n, user, n, ...} with at most <max users> pairs
+local function presence_get(keys, args)
+  local p = space(keys, 'presence:')
+  if not p then return redis.error_reply('ERR wspush: the key is not a wspush presence hash (docs/REDIS.md)') end
+  local topic, max = args[1], tonumber(args[2])
+  if not valid_topic(topic) or not max or max < 0 then return redis.error_reply('ERR wspush: bad presence arguments') end
+  local key = p .. 'presence:' .. topic
+  if #keys > 0 and key ~= keys[1] then return redis.error_reply('ERR wspush: the key is not the topic\'s') end
+  local now = now_ms()
+  local all = redis.call('HGETALL', key)
+  local out, users, connections = {0, 0}, 0, 0
+  for i = 1, #all, 2 do
+    local _, total = present_nodes(all[i + 1], now)
+    if total > 0 then
+      users = users + 1
+      connections = connections + total
+      if users <= max then
+        out[#out + 1] = all[i]
+        out[#out + 1] = total
+      end
+    end
+  end
+  out[1], out[2] = users, connections
+  return out
+end
+
+redis.register_function{function_name = 'wspush_presence', callback = presence}
+redis.register_function{function_name = 'wspush_presence_get', callback = presence_get, flags = {'no-writes'}}
 
 -- The sweep. A stream has no TTL: one would cost every publish a PEXPIRE, and every lookup of
 -- the key a second one in Redis's table of expiries. Instead each wspush_mark (every node, about

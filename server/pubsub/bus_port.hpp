@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pool/shared_frame.hpp"
@@ -22,6 +23,18 @@
 #include "server/pubsub/revoke.hpp"
 
 namespace wspush::server::pubsub {
+
+/// Users a presence answer lists at most (every one is counted): a client that wants more asks
+/// for the counts (`presence_count`).
+inline constexpr std::size_t max_presence_users = 1000;
+
+/// A topic's presence across the nodes of the bus: its users (at most as many as asked) with
+/// their connections, and the counts of all of them.
+struct presence_answer {
+  bool ok = false;  ///< false: the bus could not answer (down, or no answer in time)
+  std::vector<std::pair<std::string, std::uint32_t>> users;
+  std::uint64_t user_count = 0, connections = 0;
+};
 
 /// A connection's `sub` on its way to the bus.
 struct bus_sub {
@@ -48,7 +61,7 @@ struct bus_sub {
 /// `revoke` is no answer of the bus but travels the same way, with either bus: a revoked user's
 /// connections are to be closed on the shard (revoke.hpp).
 struct bus_reply {
-  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done, replay_more, replay_done, revoke } kind = subbed;
+  enum kind_t : std::uint8_t { subbed, sub_failed, pub_failed, pubs_done, replay_more, replay_done, revoke, presence } kind = subbed;
   bool more = false;                     ///< subbed: pages follow (replay_more ..., replay_done)
   bool maybe = false;                    ///< pub_failed: sent, and no answer came: it may have been published
   conn_id conn = 0;
@@ -63,6 +76,8 @@ struct bus_reply {
   std::uint64_t pub_tag = 0;             ///< pub_failed: the tag the session gave it
   std::vector<std::uint64_t> done_tags;  ///< pubs_done: the tags of pubs Redis took
   revoke_share revoked;                  ///< revoke: the shard's share of the order
+  presence_answer present;               ///< presence: the answer (`request`, `conn`: the ask's; topics[0]: its topic)
+  bool count_only = false;               ///< presence: presence_count was asked
 };
 
 /// Receives the bus's replies on the shard's thread (the session).
@@ -100,6 +115,18 @@ class bus_port {
   /// later: in a pubs_done reply, or a pub_failed one.
   virtual bool publish(std::uint32_t shard, std::uint64_t tag, std::string_view topic, std::string_view data,
                        std::string_view idempotency_key) noexcept = 0;
+  /// Shard thread, for a topic whose namespace keeps presence: this node has `connections` of
+  /// `user`'s connections subscribed to `topic` now (0: none left). `announce`: the namespace
+  /// announces joins and leaves, which the bus publishes to every node's subscribers of the topic
+  /// when the user's first connection anywhere comes, or its last goes. Never refused (a word
+  /// lost while the bus is down is said again by the bus's refresh).
+  virtual void presence_set(std::string_view topic, std::string_view user, std::uint32_t connections,
+                            bool announce) noexcept = 0;
+  /// Shard thread: asks for `topic`'s presence across the nodes (at most max_presence_users
+  /// users listed; `count_only`: none). Answered with a bus_reply of kind presence carrying
+  /// `conn` and `request`. False: refused at once (down; out of memory).
+  virtual bool presence_get(std::uint32_t shard, conn_id conn, std::uint64_t request, std::string_view topic,
+                            bool count_only) noexcept = 0;
 };
 
 }  // namespace wspush::server::pubsub

@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "proto/envelope.hpp"
+#include "proto/ws_frame.hpp"
 #include "server/base/user_table.hpp"
 #include "server/pubsub/namespaces.hpp"
 
@@ -19,7 +20,10 @@ presence_table::part& presence_table::part_of(std::string_view topic) const noex
   return _parts[name_hash{}(topic) >> 7 & _mask];  // the low bits pick the part's bucket
 }
 
-presence_table::change presence_table::add(std::string_view topic, std::uint32_t user) noexcept {
+presence_table::change presence_table::add(std::string_view topic, std::uint32_t user, std::uint32_t* now) noexcept {
+  std::uint32_t scratch;
+  std::uint32_t& n_now = now ? *now : scratch;
+  n_now = 0;
   part& p = part_of(topic);
   std::lock_guard lock(p.m);
   try {
@@ -27,19 +31,23 @@ presence_table::change presence_table::add(std::string_view topic, std::uint32_t
     if (it == p.topics.end()) it = p.topics.emplace(std::string(topic), topic_users{}).first;
     topic_users& t = it->second;
     if (user == 0) {
-      ++t.anonymous;
+      n_now = ++t.anonymous;
       return change::more;
     }
-    if (t.count > 0 && t.user == user) return ++t.count == 1 ? change::first : change::more;
+    if (t.count > 0 && t.user == user) {
+      n_now = ++t.count;
+      return change::more;
+    }
     if (t.count == 0 && !(t.others && t.others->count(user))) {
       t.user = user;
-      t.count = 1;
+      n_now = t.count = 1;
       ++p.entries;
       return change::first;
     }
     if (!t.others) t.others = std::make_unique<std::unordered_map<std::uint32_t, std::uint32_t>>();
     std::uint32_t& n = (*t.others)[user];
-    if (++n > 1) return change::more;
+    n_now = ++n;
+    if (n > 1) return change::more;
     ++p.entries;
     return change::first;
   } catch (...) {
@@ -49,7 +57,10 @@ presence_table::change presence_table::add(std::string_view topic, std::uint32_t
   }
 }
 
-presence_table::change presence_table::remove(std::string_view topic, std::uint32_t user) noexcept {
+presence_table::change presence_table::remove(std::string_view topic, std::uint32_t user, std::uint32_t* now) noexcept {
+  std::uint32_t scratch;
+  std::uint32_t& n_now = now ? *now : scratch;
+  n_now = 0;
   part& p = part_of(topic);
   std::lock_guard lock(p.m);
   auto it = p.topics.find(topic);
@@ -57,15 +68,18 @@ presence_table::change presence_table::remove(std::string_view topic, std::uint3
   topic_users& t = it->second;
   change c = change::more;
   if (user == 0) {
-    if (t.anonymous > 0) --t.anonymous;
+    if (t.anonymous > 0) n_now = --t.anonymous;
   } else if (t.count > 0 && t.user == user) {
-    if (--t.count == 0) {
+    n_now = --t.count;
+    if (t.count == 0) {
       t.user = 0;
       --p.entries;
       c = change::last;
     }
   } else if (t.others) {
-    if (auto u = t.others->find(user); u != t.others->end() && --u->second == 0) {
+    auto u = t.others->find(user);
+    if (u != t.others->end()) n_now = --u->second;
+    if (u != t.others->end() && u->second == 0) {
       t.others->erase(u);
       --p.entries;
       c = change::last;
@@ -113,6 +127,26 @@ std::uint64_t presence_table::entries() const noexcept {
   return n;
 }
 
+pool::frame_ref join_leave_frame(pool::buffer_pool& buffers, bool join, std::string_view topic, std::string_view user,
+                                 std::size_t& topic_offset) noexcept {
+  constexpr std::size_t room = proto::max_server_header_size;
+  const std::size_t bound = 48 + 6 * (topic.size() + user.size());
+  pool::lease l = buffers.acquire(room + bound);
+  if (!l) return {};
+  const std::size_t n = proto::encode_join_leave(join, topic, user, {reinterpret_cast<char*>(l.data()) + room, bound});
+  if (n == 0) return {};
+  l.set_size(proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n));
+  topic_offset = join ? 22 : 23;  // a valid topic needs no escaping: it lies after `{"op":"join","topic":"`
+  return pool::frame_ref::adopt(std::move(l));
+}
+
+void render_presence_body(std::string_view topic, bool count_only, std::span<const proto::presence_user> users,
+                          std::uint64_t user_count, std::uint64_t connections, std::string& body) {
+  body.resize(proto::presence_size_bound(topic, users));
+  body.resize(proto::encode_presence({}, topic, count_only ? nullptr : &users, user_count, connections, false,
+                                     {body.data(), body.size()}));
+}
+
 std::uint16_t render_presence(const presence_table& table, const namespaces& ns, const user_table* users,
                               std::string_view topic, bool count_only, std::string& body) {
   if (!ns.of(topic).presence) {
@@ -126,10 +160,7 @@ std::uint16_t render_presence(const presence_table& table, const namespaces& ns,
     listed.reserve(r.users.size());
     for (const auto& [user, n] : r.users)
       if (std::string_view name = name_of(user); !name.empty()) listed.push_back({name, n});
-    const std::span<const proto::presence_user> span(listed);
-    body.resize(proto::presence_size_bound(topic, span));
-    body.resize(proto::encode_presence({}, topic, count_only ? nullptr : &span, r.user_count, r.connections, false,
-                                       {body.data(), body.size()}));
+    render_presence_body(topic, count_only, listed, r.user_count, r.connections, body);
   };
   if (users) users->with_names(encode);
   else encode([](std::uint32_t) { return std::string_view{}; });

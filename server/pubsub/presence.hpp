@@ -18,11 +18,16 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "pool/buffer_pool.hpp"
+#include "pool/shared_frame.hpp"
+#include "proto/envelope.hpp"
 
 namespace wspush::server {
 class user_table;
@@ -47,10 +52,26 @@ class presence_table {
   presence_table(const presence_table&) = delete;
   presence_table& operator=(const presence_table&) = delete;
 
-  /// A connection of `user` (0: none) subscribed to `topic`.
-  change add(std::string_view topic, std::uint32_t user) noexcept;
+  /// A connection of `user` (0: none) subscribed to `topic`. `now`: the user's connections on
+  /// the topic after it.
+  change add(std::string_view topic, std::uint32_t user, std::uint32_t* now = nullptr) noexcept;
   /// A connection of `user` that add() counted on `topic` left it. A pair never added is ignored.
-  change remove(std::string_view topic, std::uint32_t user) noexcept;
+  change remove(std::string_view topic, std::uint32_t user, std::uint32_t* now = nullptr) noexcept;
+
+  /// Calls fn(std::string_view topic, std::uint32_t user, std::uint32_t connections) for each
+  /// (topic, user) counted in part `part` (< parts()), under that part's lock: fn must not call
+  /// into the table. The Redis bus says again, this way, what the node has.
+  template <class Fn>
+  void visit(std::uint32_t part, Fn&& fn) const {
+    const struct part& p = _parts[part];
+    std::lock_guard lock(p.m);
+    for (const auto& [topic, t] : p.topics) {
+      if (t.count > 0) fn(std::string_view(topic), t.user, t.count);
+      if (t.others)
+        for (const auto& [user, n] : *t.others) fn(std::string_view(topic), user, n);
+    }
+  }
+  std::uint32_t parts() const noexcept { return _mask + 1; }
 
   struct reading {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> users;  ///< (user, connections), at most max_users
@@ -86,6 +107,25 @@ class presence_table {
   std::unique_ptr<part[]> _parts;
   std::uint32_t _mask;
 };
+
+/// `{"op":"join","topic":T,"user":U}` (join false: "leave") framed as one WebSocket text message
+/// in a block of `buffers`; `topic_offset` receives where the topic lies in the JSON text (after
+/// the frame's header). Empty when out of memory.
+pool::frame_ref join_leave_frame(pool::buffer_pool& buffers, bool join, std::string_view topic, std::string_view user,
+                                 std::size_t& topic_offset) noexcept;
+
+/// The JSON text of a server's unmasked text frame (its payload).
+inline std::string_view text_of(const pool::frame_ref& frame) noexcept {
+  const auto b = frame.bytes();
+  if (b.size() < 2) return {};
+  const std::uint8_t len7 = b[1] & 0x7f;
+  const std::size_t header = len7 == 126 ? 4 : len7 == 127 ? 10 : 2;
+  return {reinterpret_cast<const char*>(b.data()) + header, b.size() - header};
+}
+
+/// GET /presence's 200 body for `users` (empty with count_only) and the counts.
+void render_presence_body(std::string_view topic, bool count_only, std::span<const proto::presence_user> users,
+                          std::uint64_t user_count, std::uint64_t connections, std::string& body);
 
 /// GET /presence: `topic`'s presence as the admin API answers it, written into `body`: 200 with
 /// `{"topic":..,"users":{..},"user_count":..,"connections":..}` (count_only: without `users`),

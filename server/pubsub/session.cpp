@@ -23,9 +23,7 @@ constexpr std::uint16_t max_pubs_in_flight = 16;
 /// its rate again in between: a client that slows down when told is served, one that does not
 /// is not.
 constexpr std::uint64_t max_refused_past_rate = 16;
-/// Users a `presence` answer lists at most (all are counted): `presence_count` is the form for
-/// large topics, and an answer stays one modest message.
-constexpr std::size_t max_presence_users = 1000;
+/// Bytes of user names a `presence` answer lists at most: it stays one modest message.
 constexpr std::size_t max_presence_bytes = 64 * 1024;
 
 /// Writes `topics` into `out` (room for max_topics_per_message) each once, in the order first
@@ -140,6 +138,7 @@ void session::on_close(conn_id c) noexcept {
       _waiting_of.erase(o);
     }
     _pubs.erase(c);  // answers to its pubs find no one
+    _presence_asks.erase(c);  // nor its presence op
   } else if (_fanout.registry().unsubscribe_all(c)) {
     _fanout.count_subscriptions();  // a reused slot starts with no topics
   }
@@ -373,8 +372,16 @@ void session::present(conn_id c, std::string_view topic, bool joined) noexcept {
   const topic_options& o = _hub.spaces().of(topic);
   if (!o.presence && !o.join_leave) return;
   const std::uint32_t user = _sessions.get(c).user;
-  const presence_table::change ch = joined ? _presence->add(topic, user) : _presence->remove(topic, user);
-  if (ch == presence_table::change::failed) _fanout.counters().presence_failures.add();
+  std::uint32_t now = 0;
+  const presence_table::change ch = joined ? _presence->add(topic, user, &now) : _presence->remove(topic, user, &now);
+  if (ch == presence_table::change::failed) return _fanout.counters().presence_failures.add();
+  if (_bus) {
+    // Redis keeps what every node has, per user (a connection without one is this node's
+    // alone), and announces a user's first and last connection anywhere.
+    if (user != 0 && _users)
+      _users->with_names([&](auto name_of) { _bus->presence_set(topic, name_of(user), now, o.join_leave); });
+    return;
+  }
   if (o.join_leave && ch == (joined ? presence_table::change::first : presence_table::change::last))
     announce(joined, topic, user);
 }
@@ -384,29 +391,13 @@ void session::present(conn_id c, std::string_view topic, bool joined) noexcept {
 void session::announce(bool join, std::string_view topic, std::uint32_t user) noexcept {
   if (!_users) return;
   pool::frame_ref frame;
-  std::string_view topic_in_frame;
-  _users->with_names([&](auto name_of) {
-    const std::string_view name = name_of(user);
-    constexpr std::size_t room = proto::max_server_header_size;
-    const std::size_t bound = 48 + 6 * (topic.size() + name.size());
-    pool::lease l = _ops->buffers().acquire(room + bound);
-    if (!l) return;
-    char* text = reinterpret_cast<char*>(l.data()) + room;
-    const std::size_t n = proto::encode_join_leave(join, topic, name, {text, bound});
-    if (n == 0) return;
-    const std::size_t size = proto::frame_in_place({l.data(), l.capacity()}, proto::opcode::text, n);
-    l.set_size(size);
-    // A valid topic needs no escaping: it lies verbatim after `{"op":"join","topic":"`.
-    const std::size_t at = size - n + (join ? 22 : 23);
-    topic_in_frame = {reinterpret_cast<const char*>(l.data()) + at, topic.size()};
-    frame = pool::frame_ref::adopt(std::move(l));
-  });
+  std::size_t at = 0;
+  _users->with_names([&](auto name_of) { frame = join_leave_frame(_ops->buffers(), join, topic, name_of(user), at); });
   pubsub_counters& n = _fanout.counters();
-  if (frame && _hub.relay(std::move(frame), topic_in_frame) == publish_status::ok) {
-    (join ? n.joins : n.leaves).add();
-  } else {
-    n.presence_failures.add();  // a crowded node, or no memory: the subscribers miss this one
-  }
+  if (!frame) return n.presence_failures.add();
+  const std::string_view topic_in_frame = text_of(frame).substr(at, topic.size());
+  if (_hub.relay(std::move(frame), topic_in_frame) == publish_status::ok) (join ? n.joins : n.leaves).add();
+  else n.presence_failures.add();  // a crowded node: the subscribers miss this one
 }
 
 /// `{"op":"presence","topic":...}`: the users subscribed to a topic the connection may
@@ -417,35 +408,78 @@ void session::client_presence(conn_id c) noexcept {
   const std::string_view op = list ? "presence" : "presence_count";
   if (!proto::grants_match(grants_of(c, false), topic)) return client_error(c, proto::client_error::forbidden, topic, op);
   if (!_presence || !_hub.spaces().of(topic).presence) return client_error(c, proto::client_error::not_enabled, topic, op);
+  if (_bus) {
+    // Across the nodes: the bus asks Redis, and the connection reads nothing more until the
+    // answer (so it has at most one ask in flight).
+    const std::uint64_t request = _next_request++;
+    try {
+      _presence_asks[c] = request;
+    } catch (const std::bad_alloc&) {
+      return client_error(c, proto::client_error::unavailable, topic, op);
+    }
+    if (!_bus->presence_get(_shard, c, request, topic, !list)) {
+      _presence_asks.erase(c);
+      return client_error(c, proto::client_error::unavailable, topic, op);
+    }
+    return _ops->hold(c);
+  }
   try {
     _presence->read(topic, list ? max_presence_users : 0, _reading);
+    _listed.reserve(_reading.users.size());
   } catch (const std::bad_alloc&) {
     return client_error(c, proto::client_error::unavailable, topic, op);
   }
   const auto encode = [&](auto name_of) {
     _listed.clear();
-    std::size_t bytes = 0;
-    for (const auto& [user, n] : _reading.users) {
-      const std::string_view name = name_of(user);
-      bytes += 6 * name.size() + 16;
-      if (bytes > max_presence_bytes) break;
-      if (!name.empty()) _listed.push_back({name, n});  // reserved below: never throws
-    }
-    const std::span<const proto::presence_user> users(_listed);
-    const bool truncated = _listed.size() < _reading.user_count;
-    reply(c, proto::presence_size_bound(topic, users), [&](std::span<char> out) {
-      return proto::encode_presence(op, topic, list ? &users : nullptr, _reading.user_count, _reading.connections,
-                                    truncated, out);
-    });
+    for (const auto& [user, n] : _reading.users)
+      if (const std::string_view name = name_of(user); !name.empty()) _listed.push_back({name, n});  // reserved
+    send_presence(c, list, topic, _reading.user_count, _reading.connections);
   };
-  try {
-    _listed.reserve(_reading.users.size());
-  } catch (const std::bad_alloc&) {
-    return client_error(c, proto::client_error::unavailable, topic, op);
-  }
   if (_users) _users->with_names(encode);
   else encode([](std::uint32_t) { return std::string_view{}; });
+}
+
+/// The answer to a presence op: the users in _listed (as many as fit max_presence_bytes), and
+/// the counts.
+void session::send_presence(conn_id c, bool list, std::string_view topic, std::uint64_t user_count,
+                            std::uint64_t connections) noexcept {
+  std::size_t bytes = 0, n = 0;
+  for (; n < _listed.size(); ++n) {
+    bytes += 6 * _listed[n].user.size() + 16;
+    if (bytes > max_presence_bytes) break;
+  }
+  const std::span<const proto::presence_user> users(_listed.data(), n);
+  const bool truncated = n < user_count;
+  reply(c, proto::presence_size_bound(topic, users), [&](std::span<char> out) {
+    return proto::encode_presence(list ? "presence" : "presence_count", topic, list ? &users : nullptr, user_count,
+                                  connections, truncated, out);
+  });
   if (_ops->is_open(c)) _ops->set_app_bits(c, 0);
+}
+
+/// The bus's answer to a presence op (Redis: across the nodes).
+void session::presence_answered(bus_reply& r) noexcept {
+  auto it = _presence_asks.find(r.conn);
+  if (it == _presence_asks.end() || it->second != r.request) return;  // its connection closed
+  _presence_asks.erase(it);
+  const conn_id c = r.conn;
+  if (!_ops->is_open(c)) return;
+  const std::string_view topic = r.topics.empty() ? std::string_view{} : std::string_view(r.topics.front());
+  if (!r.present.ok) {
+    client_error(c, proto::client_error::unavailable, topic, r.count_only ? "presence_count" : "presence");
+  } else {
+    try {
+      _listed.clear();
+      _listed.reserve(r.present.users.size());
+    } catch (const std::bad_alloc&) {
+      client_error(c, proto::client_error::unavailable, topic, r.count_only ? "presence_count" : "presence");
+      if (_ops->is_open(c)) _ops->resume(c);
+      return;
+    }
+    for (const auto& [user, n] : r.present.users) _listed.push_back({user, n});
+    send_presence(c, !r.count_only, topic, r.present.user_count, r.present.connections);
+  }
+  if (_ops->is_open(c)) _ops->resume(c);
 }
 
 // ---- with a bus outside the process (Redis) ---------------------------------------------------
@@ -621,6 +655,7 @@ void session::pub_answered(std::uint64_t tag, proto::client_error failed, std::s
 /// before it was offered to the shard's subscribers before the connection joins them.
 void session::on_bus_reply(std::unique_ptr<bus_reply> r) noexcept {
   if (r->kind == bus_reply::revoke) return r->revoked.order() ? revoke(*r->revoked.order()) : void();
+  if (r->kind == bus_reply::presence) return presence_answered(*r);
   if (r->kind == bus_reply::pub_failed)
     return pub_answered(r->pub_tag, r->maybe ? proto::client_error::timeout : proto::client_error::unavailable,
                         r->pub_topic);

@@ -68,6 +68,9 @@ class session final : public application, private bus_reply_handler {
   /// keeps it, and a user's first or last connection announced where it asks for join/leave.
   void present(conn_id c, std::string_view topic, bool joined) noexcept;
   void announce(bool join, std::string_view topic, std::uint32_t user) noexcept;
+  void send_presence(conn_id c, bool list, std::string_view topic, std::uint64_t user_count,
+                     std::uint64_t connections) noexcept;
+  void presence_answered(bus_reply& r) noexcept;
   /// `of`: the op it answers when the client cannot tell otherwise ("pub": see encode_error).
   void client_error(conn_id c, proto::client_error e, std::string_view topic, std::string_view of = {}) noexcept;
   template <class Encode>
@@ -109,6 +112,8 @@ class session final : public application, private bus_reply_handler {
   presence_table* _presence = nullptr;
   presence_table::reading _reading;      // scratch: a presence op's answer
   std::vector<proto::presence_user> _listed;
+  // With a bus: the presence op each connection waits for (at most one: it is held meanwhile).
+  std::unordered_map<conn_id, std::uint64_t> _presence_asks;
   // With a bus: the subs it has not answered yet, and per topic how many of them want it.
   struct waiting_sub {
     conn_id conn = 0;

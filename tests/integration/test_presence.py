@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Presence and join/leave on the real binary (the embedded bus), with namespaces from a config file.
+"""Presence and join/leave on the real binary, with namespaces from a config file: on the embedded
+bus, and across two nodes on the Redis bus (one Redis, and a Redis Cluster of three masters).
 
 The file keeps presence and join/leave for `room:`, presence alone for `mailbox:`, neither for the
 rest. Then:
@@ -12,7 +13,10 @@ rest. Then:
   grant `forbidden`;
 - `GET /presence?topic=` on the admin API answers the same (key required), `&count=1` the counts;
 - a mailbox (presence without join/leave) announces nothing and answers presence;
-- the counts come back to nothing once everyone has gone (no entry left behind: the gauge).
+- the counts come back to nothing once everyone has gone;
+- on the Redis bus the users of both nodes are counted together, and joins and leaves are
+  announced once per user across the nodes; a node SIGKILLed drops out of presence within
+  --presence-ttl (3 s here).
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
@@ -24,8 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import websockets  # noqa: E402
+from wsp_redis import RedisCluster, RedisServer  # noqa: E402
 from wsp_testlib import (ServerProcess, admin_port, arg_parser, check, http_request, mint_jwt,  # noqa: E402
-                         poll_until, recv_json, run_main, run_step, scaled, subscribe)
+                         poll_until, recv_json, run_main, run_step, scaled, scrape_metrics, subscribe)
 
 SECRET = "presence-test-secret"
 KEY = "presence-admin-key"
@@ -70,19 +75,33 @@ async def ask(ws, op: str, topic: str) -> dict:
     return await recv_json(ws)
 
 
-async def rooms(server: ServerProcess) -> None:
+async def present(ws, topic: str, want: dict) -> None:
+    """Asks `topic`'s presence until its users are `want` (a word on its way from another node)."""
+    deadline = time.monotonic() + scaled(10)
+    while True:
+        p = await ask(ws, "presence", topic)
+        if p.get("users") == want or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    check(p.get("users") == want, f"presence of {topic}: expected {want}, got {p}")
+
+
+async def rooms(a: ServerProcess, b: ServerProcess) -> None:
+    """`a` and `b` are two nodes on one bus (the same server on the embedded bus): the watcher
+    and alice's first tab on a, her second tab and bob on b."""
+    server = a
     room = "room:7"
     join = lambda u: {"op": "join", "topic": room, "user": u}  # noqa: E731
     leave = lambda u: {"op": "leave", "topic": room, "user": u}  # noqa: E731
-    watcher = await connect(server, "w")
+    watcher = await connect(a, "w")
     await subscribe(watcher, [room])
     await expect(watcher, join("w"), "the watcher's own join")
-    a1, a2 = await connect(server, "alice"), await connect(server, "alice")
+    a1, a2 = await connect(a, "alice"), await connect(b, "alice")
     await subscribe(a1, [room])
     await expect(watcher, join("alice"), "alice's first tab")
     await expect(a1, join("alice"), "alice's first tab hears its own join")
     await subscribe(a2, [room])  # a second tab: nobody hears of it
-    bob = await connect(server, "bob")
+    bob = await connect(b, "bob")  # after alice's second tab on the same node: its word went first
     await subscribe(bob, [room])
     await expect(watcher, join("bob"), "bob's join, next after alice's (her second tab announced nothing)")
     await expect(bob, join("bob"), "bob hears his own join")
@@ -109,6 +128,7 @@ async def rooms(server: ServerProcess) -> None:
     check(status == 400, f"GET /presence of a bad topic answered {status} {body}")
 
     await a1.close()  # alice still has a tab there: no leave
+    await present(watcher, room, {"w": 1, "alice": 1, "bob": 1})
     await a2.send(json.dumps({"op": "unsub", "topics": [room]}))
     await expect(a2, {"op": "unsubbed", "topics": [room]}, "alice's unsub")
     await expect(watcher, leave("alice"), "alice's last tab left")
@@ -120,13 +140,14 @@ async def rooms(server: ServerProcess) -> None:
     await watcher.close()
 
 
-async def mailboxes(server: ServerProcess) -> None:
+async def mailboxes(server: ServerProcess, other: ServerProcess) -> None:
     box = "mailbox:42"
-    t1, t2 = await connect(server, "u42"), await connect(server, "u42")
+    t1, t2 = await connect(server, "u42"), await connect(other, "u42")
     await subscribe(t1, [box])
     await subscribe(t2, [box])
-    p = await ask(t1, "presence", box)  # the first message after subbed: no join was announced
-    check(p.get("op") == "presence" and p.get("users") == {"u42": 2} and p.get("user_count") == 1,
+    await present(t1, box, {"u42": 2})  # the first messages after subbed: no join was announced
+    p = await ask(t1, "presence", box)
+    check(p.get("op") == "presence" and p.get("user_count") == 1 and p.get("connections") == 2,
           f"mailbox presence answered {p}")
     e = await ask(t1, "presence", "news:1")
     check(e == {"op": "error", "code": "not_enabled", "topic": "news:1", "of": "presence"}, f"news presence: {e}")
@@ -138,6 +159,53 @@ async def mailboxes(server: ServerProcess) -> None:
                      scaled(10)), "mailbox presence not back to 0 after both closed")
 
 
+async def node_dies(a: ServerProcess, b: ServerProcess) -> None:
+    """b is SIGKILLed with carol on a room: she drops out of a's presence within --presence-ttl."""
+    room = "room:9"
+    watcher, carol = await connect(a, "w"), await connect(b, "carol")
+    await subscribe(watcher, [room])
+    await subscribe(carol, [room])
+    await present(watcher, room, {"w": 1, "carol": 1})
+    killed = time.monotonic()
+    b.kill()
+    deadline = killed + scaled(TTL + 10)
+    while time.monotonic() < deadline:
+        p = await ask(watcher, "presence", room)
+        if p.get("op") == "join":
+            continue
+        if p.get("users") == {"w": 1}:
+            break
+        await asyncio.sleep(0.2)
+    gone = time.monotonic() - killed
+    check(p.get("users") == {"w": 1}, f"carol still present {gone:.1f}s after her node died: {p}")
+    print(f"  carol left presence {gone:.1f}s after her node was killed (--presence-ttl {TTL})", flush=True)
+    await watcher.close()
+
+
+TTL = 3
+
+
+def nodes(args, config: str, url: str) -> "list[ServerProcess]":
+    out = []
+    for _ in range(2):
+        s = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose, jwt_secret=SECRET,
+                          extra=["--config", config, "--api-key", KEY, "--bus", url, "--presence-ttl", str(TTL)]).start()
+        check(poll_until(lambda: scrape_metrics(admin_port(s)).get("wspush_bus_up") == 1, scaled(30)),
+              "the node's bus did not come up")
+        out.append(s)
+    return out
+
+
+def on_redis(args, config: str, url: str, where: str) -> None:
+    a, b = nodes(args, config, url)
+    run_step(f"{where}: join/leave once per user across two nodes; presence counts both",
+             lambda: asyncio.run(rooms(a, b)))
+    run_step(f"{where}: a mailbox's presence across the nodes", lambda: asyncio.run(mailboxes(a, b)))
+    run_step(f"{where}: a node killed drops out of presence within --presence-ttl",
+             lambda: asyncio.run(node_dies(a, b)))
+    a.kill()
+
+
 def main(args) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(CONFIG)
@@ -145,10 +213,20 @@ def main(args) -> None:
         server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose, jwt_secret=SECRET,
                                extra=["--config", f.name, "--api-key", KEY]).start()
         run_step("join/leave once per user, not per tab; presence and presence_count; GET /presence",
-                 lambda: asyncio.run(rooms(server)))
+                 lambda: asyncio.run(rooms(server, server)))
         run_step("a namespace with presence alone: no announcements; not_enabled, forbidden",
-                 lambda: asyncio.run(mailboxes(server)))
+                 lambda: asyncio.run(mailboxes(server, server)))
         server.kill()
+        redis = RedisServer(persistent=False).start()
+        try:
+            on_redis(args, f.name, redis.url, "the Redis bus")
+        finally:
+            redis.close()
+        cluster = RedisCluster(masters=3, replicas=0, persistent=False).start()
+        try:
+            on_redis(args, f.name, cluster.url, "Redis Cluster")
+        finally:
+            cluster.close()
     finally:
         os.unlink(f.name)
 

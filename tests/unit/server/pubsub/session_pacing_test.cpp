@@ -64,6 +64,8 @@ class recording_bus final : public bus_port {
   std::vector<more_call> mores;
   bool take_pubs = false;  // false: refused at once (down)
   std::vector<std::uint64_t> pub_tags;
+  void presence_set(std::string_view, std::string_view, std::uint32_t, bool) noexcept override {}
+  bool presence_get(std::uint32_t, conn_id, std::uint64_t, std::string_view, bool) noexcept override { return false; }
 };
 
 /// The hub's port of the one shard: the event goes to the fanout at once (live events).
