@@ -361,6 +361,7 @@ int run(const config& cfg, int argc, char** argv) {
       return wspush::server::pubsub::render_presence(*presence, spaces, shared.users, topic, count_only, body);
     };
   if (revokes) register_revoke_metrics(metrics, revocations);
+  if (presence) register_presence_metrics(metrics, shard_ptrs, *presence, bus.get());
   if (revokes) ao.revoker = &*revokes;
   admin_server admin(ao, admin_sink, &metrics);
   admin.start();

@@ -198,6 +198,23 @@ void register_process_metrics(metrics_registry& m, const std::vector<shard*>& sh
   register_pool_series(m, tasks);
 }
 
+void register_presence_metrics(metrics_registry& m, const std::vector<shard*>& shards,
+                               const pubsub::presence_table& table, const bus::redis_bus* bus) {
+  using pc = pubsub::pubsub_counters;
+  const pubsub::presence_table* t = &table;
+  m.add_gauge_fn("wspush_presence_topics", [t] { return double(t->topics()); });
+  m.add_gauge_fn("wspush_presence_users", [t] { return double(t->entries()); });
+  const auto events = [&](relaxed_counter pc::*embedded, relaxed_counter bus::redis_bus_counters::*redis) {
+    return bus ? std::function<double()>([bus, redis] { return double((bus->counters().*redis).get()); })
+               : std::function<double()>(pubsub_sum(shards, embedded));
+  };
+  m.add_counter_fn("wspush_presence_events_total", events(&pc::joins, &bus::redis_bus_counters::joins), {},
+                   {{"kind", "join"}});
+  m.add_counter_fn("wspush_presence_events_total", events(&pc::leaves, &bus::redis_bus_counters::leaves), {},
+                   {{"kind", "leave"}});
+  m.add_counter_fn("wspush_presence_failures_total", pubsub_sum(shards, &pc::presence_failures));
+}
+
 void register_revoke_metrics(metrics_registry& m, revocation_list& list) {
   m.add_gauge_fn("wspush_revocations", [&list] { return double(list.size(std::int64_t(std::time(nullptr)))); });
 }

@@ -25,6 +25,10 @@ void register_bus_metrics(metrics_registry& m, bus::redis_bus& b, const std::vec
 /// With --tls-cert: the TLS handshake results.
 void register_tls_metrics(metrics_registry& m, const std::vector<shard*>& shards);
 void register_pubsub_metrics(metrics_registry& m, const std::vector<shard*>& shards, pubsub::hub& hub);
+/// Presence (where a namespace keeps it): this node's part of it, and the join/leave events
+/// handed to its shards. `bus`: the Redis bus (null: embedded), whose events Redis announced.
+void register_presence_metrics(metrics_registry& m, const std::vector<shard*>& shards,
+                               const pubsub::presence_table& table, const bus::redis_bus* bus);
 /// The revocation list's size (POST /disconnect).
 void register_revoke_metrics(metrics_registry& m, revocation_list& list);
 

@@ -144,6 +144,7 @@ struct redis_bus_counters {
   relaxed_counter pubs_refused;    ///< clients' pubs refused at once: the node's bound on pubs in flight
   relaxed_counter protocol_errors; ///< replies that broke RESP, a bound or the order: link dropped
   relaxed_counter unreplicated;    ///< publishes run but not on wait_replicas replicas in time: answered timeout
+  relaxed_counter joins, leaves;   ///< join/leave events Redis announced, handed to the shards
 };
 
 /// What publish_wait says. unavailable: it never reached Redis (a retry is safe); unknown:

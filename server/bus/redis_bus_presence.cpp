@@ -256,6 +256,7 @@ void redis_bus::join_leave(std::string_view topic, std::string_view payload) noe
     return;
   }
   offer_at(f, at, topic.size());
+  (join ? _n.joins : _n.leaves).add();
 }
 
 }  // namespace wspush::server::bus

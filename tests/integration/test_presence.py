@@ -216,6 +216,12 @@ def main(args) -> None:
                  lambda: asyncio.run(rooms(server, server)))
         run_step("a namespace with presence alone: no announcements; not_enabled, forbidden",
                  lambda: asyncio.run(mailboxes(server, server)))
+        counts = lambda: {k: scrape_metrics(admin_port(server)).get(f'wspush_presence_events_total{{kind="{k}"}}')  # noqa: E731
+                          for k in ("join", "leave")}
+        check(poll_until(lambda: counts() == {"join": 3, "leave": 3}, scaled(10)),
+              f"join/leave counted {counts()}: w, alice and bob joined and left once each")
+        check(poll_until(lambda: scrape_metrics(admin_port(server)).get("wspush_presence_users") == 0, scaled(10)),
+              "presence entries left behind after every connection closed")
         server.kill()
         redis = RedisServer(persistent=False).start()
         try:

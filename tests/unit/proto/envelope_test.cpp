@@ -441,3 +441,40 @@ TEST_CASE("no allocation: envelope parse and encoders once warm", "[alloc][envel
   CHECK((n1 > 0 && n2 > 0 && n3 > 0 && n4 > 0));
   CHECK(during == 0);
 }
+
+TEST_CASE("envelope: presence and presence_count name one topic", "[envelope]") {
+  fixture f;
+  REQUIRE(f.parse(R"({"op":"presence","topic":"room:1"})").ok());
+  CHECK(f.env.op == client_op::presence);
+  CHECK(f.env.topic == "room:1");
+  REQUIRE(f.parse(R"({"topic":"room:2","op":"presence_count","topics":["x"],"data":1})").ok());
+  CHECK(f.env.op == client_op::presence_count);
+  CHECK(f.env.topic == "room:2");
+  CHECK(f.env.topic_count == 0);
+  CHECK(f.env.data.empty());
+  CHECK(f.error_of(R"({"op":"presence"})") == client_error::bad_request);
+  CHECK(f.error_of(R"({"op":"presence","topic":"bad topic"})") == client_error::bad_request);
+  CHECK(f.error_of(R"({"op":"presence","topic":5})") == client_error::bad_request);
+  CHECK(f.error_of(R"({"op":"presences","topic":"room:1"})") == client_error::unknown_op);
+}
+
+TEST_CASE("envelope: encode_presence and encode_join_leave", "[envelope][encode]") {
+  simdjson::dom::parser p;
+  const std::array<presence_user, 2> users = {presence_user{"u42", 2}, presence_user{"a\"b", 1}};
+  const std::span<const presence_user> span(users);
+  const auto listed = check_sizes([&](std::span<char> b) { return encode_presence("presence", "room:1", &span, 2, 3, false, b); });
+  CHECK(listed == R"({"op":"presence","topic":"room:1","users":{"u42":2,"a\"b":1},"user_count":2,"connections":3})");
+  CHECK(str(reparse(p, listed), "topic") == "room:1");
+  const auto cut = check_sizes([&](std::span<char> b) { return encode_presence("presence", "room:1", &span, 9, 12, true, b); });
+  CHECK(cut == R"({"op":"presence","topic":"room:1","users":{"u42":2,"a\"b":1},"truncated":true,"user_count":9,"connections":12})");
+  const auto counts = check_sizes([&](std::span<char> b) { return encode_presence("presence_count", "room:1", nullptr, 2, 3, false, b); });
+  CHECK(counts == R"({"op":"presence_count","topic":"room:1","user_count":2,"connections":3})");
+  const auto admin = check_sizes([&](std::span<char> b) { return encode_presence({}, "room:1", nullptr, 0, 0, false, b); });
+  CHECK(admin == R"({"topic":"room:1","user_count":0,"connections":0})");
+  const auto join = check_sizes([&](std::span<char> b) { return encode_join_leave(true, "room:1", "u\n1", b); });
+  CHECK(join == R"({"op":"join","topic":"room:1","user":"u\n1"})");
+  CHECK(join.substr(22, 6) == "room:1");  // where the frame's topic is found (presence.cpp)
+  const auto leave = check_sizes([&](std::span<char> b) { return encode_join_leave(false, "room:1", "u", b); });
+  CHECK(leave == R"({"op":"leave","topic":"room:1","user":"u"})");
+  CHECK(leave.substr(23, 6) == "room:1");
+}
