@@ -46,7 +46,7 @@ TEST_CASE("revocation_list: a revoked sub's tokens issued no later than the revo
   CHECK_FALSE(l.record("old", 100, 5000));  // already past the ttl: not kept
 }
 
-TEST_CASE("revocation_list: bounded, the oldest revoke forgotten first; off with a ttl of 0") {
+TEST_CASE("revocation_list: bounded, the oldest revoke forgotten first, and off with a ttl of 0") {
   revocation_list l(3600, 3);
   l.record("a", 1003, 1010);
   l.record("b", 1001, 1010);  // heard late: older than a
