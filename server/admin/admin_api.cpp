@@ -138,12 +138,13 @@ struct waiting_request {
 
 struct admin_api::state {
   state(admin_api_options o, publish_sink& s, metrics_registry* m, const std::atomic<bool>& d)
-      : opt(std::move(o)), sink(s), metrics(m), draining(d) {}
+      : opt(std::move(o)), sink(s), metrics(m), draining(d), api_key(std::make_shared<const std::string>(opt.api_key)) {}
 
-  admin_api_options opt;
+  admin_api_options opt;  // its api_key as at start: api_key says what it is now
   publish_sink& sink;
   metrics_registry* metrics;
   const std::atomic<bool>& draining;
+  std::atomic<std::shared_ptr<const std::string>> api_key;  // SIGHUP replaces it whole (key rotation)
   simdjson::dom::parser validator;
   simdjson::ondemand::parser reader;
   std::string scratch;  // a padded copy of a body that came without readable padding
@@ -500,6 +501,10 @@ admin_api::admin_api(admin_api_options o, publish_sink& sink, metrics_registry* 
 
 admin_api::~admin_api() = default;
 
+void admin_api::set_api_key(std::string key) {
+  _s->api_key.store(std::make_shared<const std::string>(std::move(key)), std::memory_order_release);
+}
+
 void admin_api::respond_error(std::uint16_t status, std::string_view reason, std::string& out) {
   const std::string_view code = status == 408 ? "timeout"
                                 : status == 413 || status == 431 ? "too_large"
@@ -514,7 +519,8 @@ admin_api::head_verdict admin_api::screen(const proto::http_request& req, std::s
   const route r = find_route(req.path);
   // /disconnect is a keyed POST with a body like the publishes.
   const bool is_publish = r == route::publish || r == route::publish_batch || r == route::disconnect;
-  const bool keyed = !s.opt.api_key.empty() && same_key(bearer_token(req.header("authorization")), s.opt.api_key);
+  const std::shared_ptr<const std::string> key = s.api_key.load(std::memory_order_acquire);
+  const bool keyed = !key->empty() && same_key(bearer_token(req.header("authorization")), *key);
   const bool needs_key = is_publish || r == route::presence;  // who is online is the backend's to know
   // An answer that leaves a body unread must close the connection: the body is never read.
   bool close = !req.keep_alive || req.content_length > 0;
@@ -522,7 +528,7 @@ admin_api::head_verdict admin_api::screen(const proto::http_request& req, std::s
     s.reply(out, 404, k_json, error_body("not_found"), close);
   } else if (req.method != (is_publish ? "POST" : "GET")) {
     s.reply(out, 405, k_json, error_body("method_not_allowed"), close, is_publish ? "Allow: POST\r\n" : "Allow: GET\r\n");
-  } else if (needs_key && !s.opt.api_key.empty() && !keyed) {
+  } else if (needs_key && !key->empty() && !keyed) {
     // Always closed: a client without the key gets one answer per connection, not a slot to retry in.
     close = true;
     s.reply(out, 401, k_json, error_body("unauthorized"), close, "WWW-Authenticate: Bearer realm=\"wspush\"\r\n");

@@ -157,6 +157,8 @@ class admin_api {
   bool answer(std::uint64_t tag, std::string& out);
   /// The connection of pending request `tag` went away: nobody wants its answer.
   void forget(std::uint64_t tag) noexcept;
+  /// --api-key from now on (empty: none), for requests screened after this; any thread (SIGHUP).
+  void set_api_key(std::string key);
   /// Publishes waiting for the bus now (at most max_waiting_publishes, or one large batch).
   std::size_t waiting_publishes() const noexcept;
 

@@ -119,6 +119,7 @@ struct settled_queue {
 
 class admin_server::loop final : public io_handler {
  public:
+  admin_api& api() noexcept { return _api; }
   loop(const admin_options& o, publish_sink& sink, metrics_registry* metrics, const std::atomic<bool>& draining,
        std::unique_ptr<io_backend> io, int listen_fd, std::shared_ptr<settled_queue> settled)
       : _opt(o),
@@ -358,6 +359,8 @@ void admin_server::loop::process(std::uint32_t i, std::int64_t now) noexcept {
     const proto::http_request_result r = c.parser.parse(c.in, req);
     if (r.status != proto::parse_status::error && c.parser.head_complete() && !c.screened) {
       // The head is in: answer now what will be refused, before reading (let alone keeping) a body.
+      log(log_level::debug, "admin: %.*s %.*s", int(req.method.size()), req.method.data(), int(req.path.size()),
+          req.path.data());
       const admin_api::head_verdict v = _api.screen(req, out);
       if (v == admin_api::head_verdict::answered_close) {
         c.close_when_flushed = true;
@@ -585,6 +588,11 @@ void admin_server::start() {
   }
   _sink.set_notify([settled](std::span<const std::uint64_t> tickets) { settled->push(tickets); });
   _thread = std::thread([l = _loop.get()] { l->run(); });
+}
+
+void admin_server::set_api_key(std::string key) {
+  if (_loop) _loop->api().set_api_key(std::move(key));
+  else _opt.api_key = std::move(key);
 }
 
 void admin_server::stop() noexcept {

@@ -82,6 +82,9 @@ class admin_server {
   void set_draining(bool on) noexcept { _draining.store(on, std::memory_order_relaxed); }
   bool draining() const noexcept { return _draining.load(std::memory_order_relaxed); }
 
+  /// --api-key from now on (key rotation on SIGHUP); any thread, after start().
+  void set_api_key(std::string key);
+
   /// The bound address ("127.0.0.1:41235") and port, valid after start().
   const std::string& local_address() const noexcept { return _local; }
   std::uint16_t port() const noexcept { return _port; }

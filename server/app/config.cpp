@@ -313,6 +313,14 @@ const std::vector<option>& options() {
       {"pong-timeout", "SECONDS", "close a pinged connection that sends nothing back within this", SECS("pong-timeout", conn.pong_timeout)},
       {"drain-seconds", "SECONDS", "on SIGTERM, spread the 1001 closes over this window (clients reconnect staggered)",
        SECS("drain-seconds", loop.drain_seconds)},
+      {"log-level", "error|warn|info|debug", "the least severe lines written to stderr: debug adds a line per "
+       "refused upgrade and per admin request",
+       [](const config& c) { return std::string(log_level_name(c.logging)); },
+       [](config& c, std::string_view v) {
+         using enum log_level;
+         c.logging = parse_choice("log-level", v, {error, warn, info, debug}, log_level_name,
+                                  "error, warn, info or debug");
+       }},
       {"pool-workers", "N", "task pool workers started at once", U32("pool-workers", pool_workers, 1, 1024)},
       {"pool-max-workers", "N", "task pool workers at most (0: cores)", U32("pool-max-workers", pool_max_workers, 0, 1024)},
       {"pool-queue", "N", "task pool queue bound; when full, accepting pauses", U32("pool-queue", pool_queue, 16, 1u << 20)},
@@ -555,6 +563,41 @@ const char* mode_name(app_mode m) noexcept {
   return "?";
 }
 
+const char* log_level_name(log_level l) noexcept {
+  switch (l) {
+    case log_level::error: return "error";
+    case log_level::warn: return "warn";
+    case log_level::info: return "info";
+    case log_level::debug: return "debug";
+  }
+  return "?";
+}
+
+bool is_reloadable(std::string_view name) noexcept {
+  for (std::string_view r : {"api-key", "max-connections", "upgrade-rate", "client-message-rate",
+                             "client-message-burst", "log-level"})
+    if (name == r) return true;
+  return false;
+}
+
+void take_reloadable(config& running, const config& next) {
+  running.api_key = next.api_key;
+  running.conn.max_connections = next.conn.max_connections;
+  running.conn.upgrade_rate = next.conn.upgrade_rate;
+  running.session.client_message_rate = next.session.client_message_rate;
+  running.session.client_message_burst = next.session.client_message_burst;
+  running.logging = next.logging;
+  for (const option& o : options()) {
+    if (!is_reloadable(o.name)) continue;
+    for (auto m : {&config::given, &config::in_file}) {
+      auto& to = running.*m;
+      const auto& from = next.*m;
+      if (auto it = from.find(o.name); it != from.end()) to.insert_or_assign(std::string(o.name), it->second);
+      else if (auto old = to.find(o.name); old != to.end()) to.erase(old);
+    }
+  }
+}
+
 const char* kernel_tls_name(kernel_tls_mode m) noexcept {
   switch (m) {
     case kernel_tls_mode::automatic: return "auto";
@@ -664,28 +707,32 @@ config parse_config(int argc, char** argv) {
   return c;
 }
 
-std::vector<std::string> config_changes(const config& running, const config& next) {
+std::vector<config_change> config_changes(const config& running, const config& next) {
   const auto value = [](const auto& given, std::string_view name) -> const std::string* {
     auto it = given.find(name);
     return it == given.end() ? nullptr : &it->second.value;
   };
   const auto same = [](const std::string* a, const std::string* b) { return a && b ? *a == *b : a == b; };
-  std::vector<std::string> lines;
+  std::vector<config_change> lines;
   for (const option& o : options()) {
     auto in_file = next.in_file.find(o.name);
     const std::string where = in_file != next.in_file.end() ? in_file->second.where : next.config_file;
     const std::string name(o.name);
     const std::string was = o.show(running), now = o.show(next);
     if (o.secret ? !same(value(running.given, name), value(next.given, name)) : was != now) {
-      lines.push_back(where + ": " + name + " changed" + (o.secret ? "" : " (" + was + " -> " + now + ")") +
-                      ": it needs a restart; " + (o.secret ? "the running value" : was) + " stays in effect until then");
+      const std::string head = where + ": " + name + " changed" + (o.secret ? "" : " (" + was + " -> " + now + ")");
+      if (is_reloadable(o.name))
+        lines.push_back({head + ": in effect now", true});
+      else
+        lines.push_back({head + ": it needs a restart; " + (o.secret ? "the running value" : was) +
+                         " stays in effect until then"});
       continue;
     }
     auto effective = next.given.find(o.name);
     if (!same(value(running.in_file, name), value(next.in_file, name)) && effective != next.given.end() &&
         (in_file == next.in_file.end() || effective->second.where != in_file->second.where))
-      lines.push_back(where + ": " + name + " changed in the file, but " + effective->second.where +
-                      " overrides it: nothing to do");
+      lines.push_back({where + ": " + name + " changed in the file, but " + effective->second.where +
+                       " overrides it: nothing to do"});
   }
   // Namespaces, by prefix: what each table gives (a global option it takes is reported above).
   const auto find_ns = [](const config& c, const std::string& prefix) -> const config::namespace_given* {
@@ -697,15 +744,15 @@ std::vector<std::string> config_changes(const config& running, const config& nex
   for (const config::namespace_given& was : running.namespaces_given) {
     const config::namespace_given* now = find_ns(next, was.prefix);
     if (!now)
-      lines.push_back(next.config_file + ": namespace \"" + was.prefix +
-                      "\" removed: it needs a restart; it stays in effect until then");
+      lines.push_back({next.config_file + ": namespace \"" + was.prefix +
+                       "\" removed: it needs a restart; it stays in effect until then"});
     else if (key_map(was.keys.begin(), was.keys.end()) != key_map(now->keys.begin(), now->keys.end()))
-      lines.push_back(now->where + ": namespace \"" + was.prefix +
-                      "\" changed: it needs a restart; the running one stays in effect until then");
+      lines.push_back({now->where + ": namespace \"" + was.prefix +
+                       "\" changed: it needs a restart; the running one stays in effect until then"});
   }
   for (const config::namespace_given& now : next.namespaces_given)
     if (!find_ns(running, now.prefix))
-      lines.push_back(now.where + ": namespace \"" + now.prefix + "\" added: it needs a restart to take effect");
+      lines.push_back({now.where + ": namespace \"" + now.prefix + "\" added: it needs a restart to take effect"});
   return lines;
 }
 
@@ -720,11 +767,14 @@ std::string help_text() {
     std::string left = "  --" + std::string(o.name) + (o.value_hint.empty() ? "" : " " + std::string(o.value_hint));
     if (left.size() < 30) left.resize(30, ' ');
     else left += "\n" + std::string(30, ' ');
-    s += left + std::string(o.help) + " [default: " + o.show(d) + "]\n";
+    s += left + std::string(o.help) + (is_reloadable(o.name) ? " (SIGHUP reloads it)" : "") + " [default: " +
+         o.show(d) + "]\n";
   }
   s += "  --config FILE               read options from FILE, TOML: each option's long name as key (max-connections = "
        "100000), switches as true/false; the environment and the command line win over it. Read again on SIGHUP: "
-       "an option changed there is logged as needing a restart, the running value stays [default: none]\n";
+       "--api-key, --max-connections, --upgrade-rate, --client-message-rate, --client-message-burst and "
+       "--log-level change at once (unless the environment or the command line gives them); any other option "
+       "changed there is logged as needing a restart, the running value stays [default: none]\n";
   s += "\nNamespaces (the --config file only): a table [namespace.\"<prefix>\"] gives the topics that start with\n"
        "<prefix> their own history-size, history-ttl, presence, join-leave, client-publish (false: clients' pubs\n"
        "are refused whatever their token grants) and compression; a key it does not give takes the global\n"

@@ -11,9 +11,11 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "server/base/log.hpp"
 #include "server/base/options.hpp"
 
 namespace wspush::server {
@@ -57,6 +59,7 @@ struct config {
   double presence_ttl = 30;
   std::uint32_t revocation_ttl = 3600;     // POST /disconnect: how long a revoked user's older tokens are refused (0: off)
   std::uint32_t max_revocations = 100000;  // revoked users remembered (the oldest forgotten first)
+  log_level logging = log_level::info;  // --log-level: the least severe line written
   unsigned pool_workers = 1;       // initial
   unsigned pool_max_workers = 0;   // 0: cores
   unsigned pool_queue = 4096;
@@ -94,13 +97,26 @@ struct config_error : std::runtime_error {
 /// Parses argv, the environment and the --config file. Throws config_error with a message fit
 /// for the user; one about the file starts with FILE:LINE:COLUMN.
 config parse_config(int argc, char** argv);
+/// One line of what SIGHUP found changed.
+struct config_change {
+  std::string line;
+  bool in_effect = false;  // a reloadable option: its new value applies now (take_reloadable)
+};
 /// SIGHUP: `next` is parse_config of the same command line and environment over the file as it
-/// is now. One log line for each option whose value differs from the running one (none can
-/// change while running: each needs a restart), or whose new value in the file is overridden,
-/// and one for each namespace table added, removed or changed (a restart too).
-std::vector<std::string> config_changes(const config& running, const config& next);
+/// is now. One line for each option whose value differs from the running one: in effect now
+/// for the options that reload (is_reloadable), needing a restart for the others; one for each
+/// option whose new value in the file is overridden, and one for each namespace table added,
+/// removed or changed (a restart too).
+std::vector<config_change> config_changes(const config& running, const config& next);
+/// Whether SIGHUP changes option `name` (as --help spells it, without the dashes) at run time:
+/// api-key, max-connections, upgrade-rate, client-message-rate, client-message-burst, log-level.
+bool is_reloadable(std::string_view name) noexcept;
+/// Copies the reloadable options of `next` (and what was given for them) into `running`, once
+/// they are in effect, so that the next SIGHUP compares with them.
+void take_reloadable(config& running, const config& next);
 std::string help_text();
 const char* mode_name(app_mode m) noexcept;
 const char* kernel_tls_name(kernel_tls_mode m) noexcept;
+const char* log_level_name(log_level l) noexcept;
 
 }  // namespace wspush::server

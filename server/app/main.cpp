@@ -67,15 +67,37 @@ void log_startup(const config& cfg, const nofile_limits& nf) {
     log(log_level::info, "auth: HS256 tokens (?token= or cookie wspush_token)");
 }
 
-/// SIGHUP: reads the --config file again, over the same command line and environment. No option
-/// changes while running: each that changed is logged as needing a restart. A file that does not
-/// parse changes nothing either.
-void reread_config(const config& cfg, int argc, char** argv) {
+/// What SIGHUP changes at run time (config.hpp's is_reloadable): where each option lives.
+struct reload_targets {
+  config running;  // what is in effect: the start's, with the reloaded options taken in
+  admin_server* admin = nullptr;
+  shard_shared* shared = nullptr;
+  std::vector<shard*> shards;
+};
+
+/// Sets the reloadable options of `c` where they take effect.
+void apply_reloadable(const config& c, reload_targets& t) {
+  set_log_level(c.logging);
+  if (t.admin) t.admin->set_api_key(c.api_key);
+  if (t.shared) {
+    t.shared->max_connections.store(c.conn.max_connections, std::memory_order_relaxed);
+    t.shared->upgrade_gate.configure(c.conn.upgrade_rate, c.conn.upgrade_rate);
+  }
+  for (shard* s : t.shards) s->set_client_message_rate(c.session.client_message_rate, c.session.client_message_burst);
+}
+
+/// SIGHUP: reads the --config file again, over the same command line and environment. The
+/// reloadable options take their new values at once; each other option that changed is logged
+/// as needing a restart. A file that does not parse changes nothing.
+void reread_config(reload_targets& t, int argc, char** argv) {
   try {
     const config next = parse_config(argc, argv);
-    const std::vector<std::string> changes = config_changes(cfg, next);
-    for (const std::string& line : changes) log(log_level::warn, "SIGHUP: %s", line.c_str());
-    if (changes.empty()) log(log_level::info, "SIGHUP: %s read again: no option changed", cfg.config_file.c_str());
+    const std::vector<config_change> changes = config_changes(t.running, next);
+    apply_reloadable(next, t);
+    take_reloadable(t.running, next);
+    for (const config_change& c : changes)
+      log(c.in_effect ? log_level::info : log_level::warn, "SIGHUP: %s", c.line.c_str());
+    if (changes.empty()) log(log_level::info, "SIGHUP: %s read again: no option changed", t.running.config_file.c_str());
   } catch (const std::exception& e) {
     log(log_level::error, "SIGHUP: configuration NOT reloaded, the running one stays: %s", e.what());
   }
@@ -83,7 +105,8 @@ void reread_config(const config& cfg, int argc, char** argv) {
 
 /// Waits for SIGTERM or SIGINT; a SIGHUP meanwhile reads the --config file again and reloads the
 /// TLS certificate (from the running paths, whatever the file says).
-int wait_for_signal(const config& cfg, int argc, char** argv, wspush::server::tls_server* tls) {
+int wait_for_signal(reload_targets& reload, int argc, char** argv, wspush::server::tls_server* tls) {
+  const config& cfg = reload.running;
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -93,7 +116,7 @@ int wait_for_signal(const config& cfg, int argc, char** argv, wspush::server::tl
     int sig = 0;
     sigwait(&set, &sig);
     if (sig != SIGHUP) return sig;
-    if (!cfg.config_file.empty()) reread_config(cfg, argc, argv);
+    if (!cfg.config_file.empty()) reread_config(reload, argc, argv);
     if (!tls) {
       if (cfg.config_file.empty()) log(log_level::info, "SIGHUP: nothing to reload (no --config, no --tls-cert)");
       continue;
@@ -298,6 +321,7 @@ int run(const config& cfg, int argc, char** argv) {
   if (bus) bus->set_compression(deflate);
   shard_shared shared{cfg, tasks, buffers, tokens ? &*tokens : nullptr, hub.get(), &site, tls.get(), bus.get(), &deflate};
   shared.upgrade_gate.configure(cfg.conn.upgrade_rate, cfg.conn.upgrade_rate);
+  shared.max_connections.store(cfg.conn.max_connections, std::memory_order_relaxed);
   user_table users(cfg.conn.max_connections_per_user);  // outlives the shards (they join and leave it)
   if (tokens && cfg.mode == app_mode::pubsub) shared.users = &users;  // the session leaves them
   std::optional<wspush::server::pubsub::presence_table> presence;
@@ -369,7 +393,8 @@ int run(const config& cfg, int argc, char** argv) {
   log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),
       tls ? "TLS: wss:// and https://" : "plain: ws:// and http://", mode_name(cfg.mode), cfg.threads);
 
-  int sig = wait_for_signal(cfg, argc, argv, tls.get());
+  reload_targets reload{cfg, &admin, &shared, shard_ptrs};
+  int sig = wait_for_signal(reload, argc, argv, tls.get());
   // /readyz says 503 from now on (before the log line: whoever reads the log may ask at once);
   // the admin listener keeps answering.
   admin.set_draining(true);
@@ -401,6 +426,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wspush: error: %s\n", e.what());
     return 2;
   }
+  set_log_level(cfg.logging);
   if (cfg.show_help) {
     std::fputs(help_text().c_str(), stdout);
     return 0;

@@ -29,6 +29,7 @@ shard::shard(shard_shared& s, int index, int listen_fd) : _s(s), _listen_fd(list
     if (s.bus) session->use_bus(*s.bus, std::uint32_t(index), cfg.conn.max_pending_bytes);
     if (s.presence) session->use_presence(*s.presence);
     session->use_revocations(s.revoked);
+    _session = session.get();
     _app = std::move(session);
   }
 }
@@ -62,8 +63,13 @@ bool shard::start(std::string& why, bool& fell_back) noexcept {
   _conns->set_upgrade_runner(*_upgrades);
   if (_s.site) _conns->set_static_site(*_s.site);
   if (_s.deflate) _conns->set_compression(*_s.deflate);
-  if (_s.upgrade_gate.limits()) _conns->set_upgrade_gate(_s.upgrade_gate);
+  _conns->set_upgrade_gate(_s.upgrade_gate);  // even without a rate: SIGHUP may give one
+  _conns->set_connection_limit(_s.max_connections);
   return true;
+}
+
+void shard::set_client_message_rate(double per_second, std::uint32_t burst) noexcept {
+  if (_session) _session->set_client_message_rate(per_second, burst);
 }
 
 }  // namespace wspush::server

@@ -28,6 +28,9 @@
 #include "server/reactor/loop.hpp"
 
 namespace wspush::server {
+namespace pubsub {
+class session;
+}
 
 /// What the shards of a process share.
 struct shard_shared {
@@ -41,7 +44,8 @@ struct shard_shared {
   pubsub::bus_port* bus = nullptr;     // the Redis bus; null: the embedded one (the hub)
   compression* deflate = nullptr;      // permessage-deflate; null: never negotiated
   std::atomic<std::uint32_t> open_connections{0};  // --max-connections spans the shards
-  rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too
+  std::atomic<std::uint32_t> max_connections{0};   // --max-connections as it is now (0: none; SIGHUP)
+  rate_gate upgrade_gate{};                          // --upgrade-rate spans the shards too (SIGHUP)
   user_table* users = nullptr;  // with tokens: who is connected (--max-connections-per-user)
   pubsub::presence_table* presence = nullptr;  // null: no topic keeps presence (nor join/leave)
   revocation_list* revoked = nullptr;  // with tokens: the users revoked lately (POST /disconnect)
@@ -72,6 +76,8 @@ class shard {
   /// Null in echo mode.
   const pubsub::pubsub_counters* pubsub_stats() const noexcept { return _fanout ? &_fanout->counters() : nullptr; }
   const tls_counters& tls_stats() const noexcept { return _tls_counts; }
+  /// --client-message-rate and --client-message-burst from now on (SIGHUP); any thread.
+  void set_client_message_rate(double per_second, std::uint32_t burst) noexcept;
 
  private:
   shard_shared& _s;
@@ -79,6 +85,7 @@ class shard {
   loop _loop;
   std::unique_ptr<pubsub::fanout> _fanout;
   std::unique_ptr<application> _app;
+  pubsub::session* _session = nullptr;  // _app in pubsub mode
   tls_counters _tls_counts;
   std::unique_ptr<transport> _transport;  // tcp_transport, or tls_transport with --tls-cert
   std::unique_ptr<connections> _conns;

@@ -20,33 +20,38 @@ class rate_gate {
   rate_gate() noexcept = default;
   rate_gate(double per_second, double burst) noexcept { configure(per_second, burst); }
   /// `per_second` requests a second (0: every request is admitted), and bursts of up to
-  /// `burst` at once after a quiet spell. Before any request.
+  /// `burst` at once after a quiet spell. Any time, from any thread (SIGHUP): a request meanwhile
+  /// may see the old interval with the new burst, or the other way round, once.
   void configure(double per_second, double burst) noexcept {
-    _interval = per_second > 0 ? std::int64_t(1e9 / per_second) : 0;
-    _tolerance = per_second > 0 ? std::int64_t(std::max(burst - 1, 0.0) * 1e9 / per_second) : 0;
-    _rate = per_second;
+    _tolerance.store(per_second > 0 ? std::int64_t(std::max(burst - 1, 0.0) * 1e9 / per_second) : 0,
+                     std::memory_order_relaxed);
+    _rate.store(per_second, std::memory_order_relaxed);
+    _interval.store(per_second > 0 ? std::int64_t(1e9 / per_second) : 0, std::memory_order_relaxed);
   }
 
-  bool limits() const noexcept { return _interval > 0; }
+  bool limits() const noexcept { return _interval.load(std::memory_order_relaxed) > 0; }
 
   /// Whether a request at `now_ns` (monotonic) goes through.
   bool admit(std::int64_t now_ns) noexcept {
-    if (_interval == 0) return true;
+    const std::int64_t interval = _interval.load(std::memory_order_relaxed);
+    if (interval == 0) return true;
+    const std::int64_t tolerance = _tolerance.load(std::memory_order_relaxed);
     std::int64_t tat = _tat.load(std::memory_order_relaxed);
     while (true) {
       const std::int64_t start = std::max(tat, now_ns);
-      if (start - now_ns > _tolerance) {
+      if (start - now_ns > tolerance) {
         note_refusal(now_ns);
         return false;
       }
-      if (_tat.compare_exchange_weak(tat, start + _interval, std::memory_order_relaxed)) return true;
+      if (_tat.compare_exchange_weak(tat, start + interval, std::memory_order_relaxed)) return true;
     }
   }
 
   /// Seconds a refused client should wait before it tries again: 1 to the time the gate needs
   /// for this second's refusals (at least 2, at most 60), drawn with `random`.
   std::uint32_t retry_after(std::uint64_t random) const noexcept {
-    const double backlog = double(_refused.load(std::memory_order_relaxed)) / std::max(_rate, 1e-9);
+    const double backlog =
+        double(_refused.load(std::memory_order_relaxed)) / std::max(_rate.load(std::memory_order_relaxed), 1e-9);
     const auto spread = std::uint32_t(std::clamp(backlog, 2.0, 60.0));
     return 1 + std::uint32_t(random % spread);
   }
@@ -60,8 +65,8 @@ class rate_gate {
     _refused.fetch_add(1, std::memory_order_relaxed);
   }
 
-  std::int64_t _interval = 0, _tolerance = 0;
-  double _rate = 0;
+  std::atomic<std::int64_t> _interval{0}, _tolerance{0};
+  std::atomic<double> _rate{0};
   std::atomic<std::int64_t> _tat{0};
   std::atomic<std::int64_t> _second{0};
   std::atomic<std::uint32_t> _refused{0};

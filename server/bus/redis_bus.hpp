@@ -363,7 +363,9 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   // Revokes (redis_bus_revoke.cpp).
   bool revokes_shared() const noexcept;
   bool control_home(const instance& in) const noexcept;
+  std::uint32_t control_index() const noexcept;
   void subscribe_control(instance& in) noexcept;
+  void control_moved() noexcept;
   void handle_revoke(std::string sub, std::int64_t at) noexcept;
   bool send_revoke(instance& in, const std::string& sub, std::int64_t at) noexcept;
   void control_up(instance& in) noexcept;
@@ -474,6 +476,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::atomic<std::thread::id> _bus_thread{};  // whose notify_settled calls are batched
   revoke_handler _on_revoke;
   std::deque<std::pair<std::string, std::int64_t>> _unsent_revokes;  // made while the control's Redis was away
+  std::uint32_t _control_at = 0xFFFF;  // under Redis Cluster: the instance whose subscriber link has the control channel
   simdjson::dom::parser _json;
   std::string _scratch;
   redis_bus_counters _n;

@@ -149,6 +149,7 @@ void redis_bus::apply_map(const cluster_map& m, const std::string& from_host) {
     if (to != ts.home) moved.emplace_back(topic, to);
   }
   for (const auto& [topic, to] : moved) rehome(topic, to);
+  control_moved();  // the revocation list's slot (redis_bus_revoke.cpp)
   refresh_up();
   unpark_ready();
 }

@@ -267,12 +267,16 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
         drop_pending(o->pid);
       }
       return;
-    case op::revocations: return revocations_loaded(r);
+    case op::revocations:
+      if (error && _o.cluster && r != nullptr && str(r).starts_with("MOVED")) _map_wanted = true;  // its slot moved
+      return revocations_loaded(r);
     case op::presence_get: return presence_got(*o, r);
     case op::slots:  // answered above
     case op::sentinel_addr:
-    case op::revoke:
     case op::presence:
+    case op::revoke:
+      if (error && _o.cluster && r != nullptr && str(r).starts_with("MOVED")) _map_wanted = true;
+      [[fallthrough]];
     case op::other:
       if (error && r != nullptr) log_ratelimited(log_level::warn, "bus: %.*s", int(str(r).size()), str(r).data());
       return;

@@ -13,23 +13,61 @@
 // to the channel is in place: a revoke it missed while away is news, and closes that user's
 // connections on it too. A revoke made while that Redis is away is sent once it is back.
 //
-// Under Redis Cluster revokes are not shared yet: each stays on the node that made it.
+// Under Redis Cluster the Redis that keeps them is the master of the set's slot (key_slot of
+// wspush:revocations, whatever the map says now): the set's commands go there, and so does the
+// node's SUBSCRIBE to the channel. The channel is plain pub/sub, not sharded: a PUBLISH on any
+// master reaches the subscribers of every node of the cluster. When the slot moves (a failover,
+// a resharding), the subscription moves with it and the node reads the list again there.
 
 #include "server/bus/redis_bus_parts.hpp"
 
 #include <ctime>
 
+#include "server/bus/redis_route.hpp"
+
 namespace wspush::server::bus {
 
-bool redis_bus::revokes_shared() const noexcept { return !_o.cluster && !_instances.empty(); }
+// Under Redis Cluster the instances grow (on the bus's thread) while the admin thread asks:
+// revokes are shared there from the start, sent once the set's master is known and up.
+bool redis_bus::revokes_shared() const noexcept { return _o.cluster || !_instances.empty(); }
 
-bool redis_bus::control_home(const instance& in) const noexcept { return revokes_shared() && in.index == 0; }
+/// The instance that keeps the list and the control channel's subscription (no_home: under
+/// Redis Cluster, its slot's master not known yet). Bus thread.
+std::uint32_t redis_bus::control_index() const noexcept {
+  if (!_o.cluster) return 0;
+  static const std::uint32_t slot = key_slot(revocations_key);
+  return _slot_owner[slot].load(std::memory_order_relaxed);
+}
+
+bool redis_bus::control_home(const instance& in) const noexcept {
+  return revokes_shared() && in.index == control_index();
+}
 
 void redis_bus::subscribe_control(instance& in) noexcept {
   if (!control_home(in)) return;
   const char* argv[] = {"SUBSCRIBE", control_channel.data()};
   std::size_t lens[] = {9, control_channel.size()};
   in.sub.command(2, argv, lens, nullptr, nullptr);  // its confirmation is skipped (on_sub_message)
+  _control_at = in.index;
+}
+
+/// Redis Cluster's map changed: if the set's slot has another master now, the subscription
+/// leaves the old one and is made at the new one (if its links are set up already; else when
+/// they are), where the list is read again: a revoke published in between is in it.
+void redis_bus::control_moved() noexcept {
+  const std::uint32_t k = control_index();
+  if (!_o.cluster || k == _control_at) return;
+  if (_control_at < _instances.size() && _instances[_control_at]->sub.connected()) {
+    const char* argv[] = {"UNSUBSCRIBE", control_channel.data()};
+    std::size_t lens[] = {11, control_channel.size()};
+    _instances[_control_at]->sub.command(2, argv, lens, nullptr, nullptr);  // its confirmation is skipped too
+  }
+  _control_at = no_home;
+  if (k >= _instances.size()) return;
+  instance& in = *_instances[k];
+  if (!in.sub.connected()) return;  // setup_subscriber_link subscribes
+  subscribe_control(in);
+  if (in.up.load(std::memory_order_relaxed)) control_up(in);
 }
 
 void redis_bus::revoke(std::string_view sub, std::int64_t at) noexcept {
@@ -42,8 +80,9 @@ void redis_bus::revoke(std::string_view sub, std::int64_t at) noexcept {
 }
 
 void redis_bus::handle_revoke(std::string sub, std::int64_t at) noexcept {
-  instance& in = *_instances[0];
-  if (in.up.load(std::memory_order_relaxed) && send_revoke(in, sub, at)) return;
+  const std::uint32_t k = control_index();
+  if (k < _instances.size() && _instances[k]->up.load(std::memory_order_relaxed) && send_revoke(*_instances[k], sub, at))
+    return;
   try {  // sent once that Redis is back (control_up); at most as many as the list holds
     _unsent_revokes.emplace_back(std::move(sub), at);
     while (_unsent_revokes.size() > std::max<std::size_t>(_o.max_revocations, 1)) _unsent_revokes.pop_front();

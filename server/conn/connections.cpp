@@ -52,7 +52,8 @@ void connections::on_accept(int fd) noexcept {
     return;
   }
   _n.accepted.add();
-  std::uint32_t limit = _o.max_connections ? _o.max_connections : UINT32_MAX;
+  const std::uint32_t max = _limit ? _limit->load(std::memory_order_relaxed) : _o.max_connections;
+  const std::uint32_t limit = max ? max : UINT32_MAX;
   std::uint32_t slot = _open_count.load(std::memory_order_acquire) >= limit ? no_index : _table.acquire(UINT32_MAX);
   if (slot != no_index && !_loop.track(slot)) {
     _table.release(slot);

@@ -60,6 +60,8 @@ class connections final : public loop_handler,
   /// --upgrade-rate: upgrades (and event streams) past it are refused 503 (without: none are).
   void set_upgrade_gate(rate_gate& g) noexcept { _upgrade_gate = &g; }
   rate_gate* upgrade_gate() const noexcept { return _upgrade_gate; }
+  /// --max-connections as it is now (SIGHUP may change it; without: the options' value).
+  void set_connection_limit(const std::atomic<std::uint32_t>& limit) noexcept { _limit = &limit; }
   compression* compression_of() const noexcept { return _compression; }
   /// The upgrade of `slot` negotiated permessage-deflate.
   void negotiated_deflate(std::uint32_t slot) noexcept;
@@ -179,6 +181,7 @@ class connections final : public loop_handler,
   std::atomic<std::uint32_t>& _open_count;
   compression* _compression = nullptr;
   rate_gate* _upgrade_gate = nullptr;
+  const std::atomic<std::uint32_t>* _limit = nullptr;
   std::uint32_t _life_ticks = 0;          // --max-connection-lifetime (0: none)
   std::vector<std::uint32_t> _opened_at;  // with a lifetime: the tick each slot's connection opened
   static constexpr std::uint32_t no_lifetime = UINT32_MAX;  // a slot opened while _opened_at could not grow

@@ -12,6 +12,7 @@
 #include "proto/ws_deflate.hpp"
 #include "proto/ws_handshake.hpp"
 #include "server/base/clock.hpp"
+#include "server/base/log.hpp"
 #include "server/base/random.hpp"
 #include "server/conn/compression.hpp"
 #include "server/conn/connections.hpp"
@@ -274,6 +275,13 @@ void http_phase::serve(std::uint32_t slot, const static_file& f, std::string_vie
   answer(slot, 200, f.body, extra, f.content_type);
 }
 
+/// --log-level=debug: a line per refused request (its status and why).
+void http_phase::log_refusal(std::uint16_t status, std::string_view why) noexcept {
+  while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.remove_suffix(1);
+  if (why.size() > 200) why = why.substr(0, 200);
+  log(log_level::debug, "upgrade refused: %u %.*s", unsigned(status), int(why.size()), why.data());
+}
+
 void http_phase::count_refusal(std::uint16_t status) noexcept {
   if (status < 400) return;  // a static file served
   conn_counters& n = _c.counters_mut();
@@ -292,6 +300,7 @@ bool http_phase::over_rate(std::uint32_t slot) noexcept {
   char header[40];
   const int n = std::snprintf(header, sizeof header, "Retry-After: %u\r\n", unsigned(gate->retry_after(next_random(_rand))));
   _c.counters_mut().upgrades_rate_limited.add();
+  log_refusal(503, "--upgrade-rate reached");
   respond(slot, 503, "too many connections opening this second: retry after the seconds Retry-After says\n",
           {header, std::size_t(n)}, "text/plain");
   return true;
@@ -300,6 +309,7 @@ bool http_phase::over_rate(std::uint32_t slot) noexcept {
 void http_phase::answer(std::uint32_t slot, std::uint16_t status, std::string_view body,
                         std::string_view extra_headers, std::string_view content_type) noexcept {
   count_refusal(status);
+  if (status >= 400) log_refusal(status, body);
   respond(slot, status, body, extra_headers, content_type);
 }
 

@@ -51,6 +51,7 @@ class http_phase {
   void serve(std::uint32_t slot, const struct static_file& f, std::string_view method,
              std::string_view if_none_match) noexcept;
   void count_refusal(std::uint16_t status) noexcept;
+  void log_refusal(std::uint16_t status, std::string_view why) noexcept;
   bool over_rate(std::uint32_t slot) noexcept;
   void respond(std::uint32_t slot, std::uint16_t status, std::string_view body, std::string_view extra_headers,
                std::string_view content_type) noexcept;

@@ -64,10 +64,24 @@ session::session(const session_options& o, const proto::jwt_verifier* tokens, hu
   _replay.reserve(64);
   _names.reserve(std::size_t(o.max_topics_per_connection) * proto::max_topic_bytes);
   _gone.reserve(o.max_topics_per_connection);
-  if (o.client_message_rate > 0) {
-    _rate_interval_us = std::max<std::uint64_t>(1, std::uint64_t(1e6 / o.client_message_rate));
-    _rate_tolerance_us = _rate_interval_us * (std::max<std::uint32_t>(o.client_message_burst, 1) - 1);
+  set_client_message_rate(o.client_message_rate, o.client_message_burst);
+}
+
+void session::set_client_message_rate(double per_second, std::uint32_t burst) noexcept {
+  const std::uint64_t interval = per_second > 0 ? std::max<std::uint64_t>(1, std::uint64_t(1e6 / per_second)) : 0;
+  _rate_tolerance_us.store(interval * (std::max<std::uint32_t>(burst, 1) - 1), std::memory_order_relaxed);
+  _rate_interval_us.store(interval, std::memory_order_relaxed);
+}
+
+/// Whether `_rate` holds slot `c` (grown if need be: with the slots, not per connection).
+bool session::rate_slot(conn_id c) noexcept {
+  if (c < _rate.size()) return true;
+  try {
+    _rate.resize(std::max<std::size_t>(c + 1, _rate.size() * 2));
+  } catch (const std::bad_alloc&) {
+    return false;
   }
+  return true;
 }
 
 session::~session() = default;
@@ -86,14 +100,8 @@ void session::use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pend
 }
 
 bool session::on_open(conn_id c, const open_info& info) noexcept {
-  if (_rate_interval_us) {
-    if (c >= _rate.size()) {
-      try {
-        _rate.resize(std::max<std::size_t>(c + 1, _rate.size() * 2));  // grows with the slots, not per connection
-      } catch (const std::bad_alloc&) {
-        return false;
-      }
-    }
+  if (c < _rate.size() || _rate_interval_us.load(std::memory_order_relaxed)) {
+    if (!rate_slot(c)) return false;
     _rate[c] = 0;  // a full burst
   }
   return !_tokens || _sessions.set(c, info.exp, info.topics, info.pub, info.user);
@@ -103,11 +111,12 @@ bool session::on_open(conn_id c, const open_info& info) noexcept {
 /// and not handled; max_refused_past_rate of them without the connection keeping to its rate
 /// in between, and it is closed with 1008.
 bool session::within_rate(conn_id c) noexcept {
-  if (!_rate_interval_us || c >= _rate.size()) return true;
+  const std::uint64_t interval = _rate_interval_us.load(std::memory_order_relaxed);
+  if (!interval || !rate_slot(c)) return true;  // a slot opened while there was no rate: a full burst
   constexpr std::uint64_t time_mask = (std::uint64_t(1) << 48) - 1;
   const std::uint64_t now = (monotonic_ns() / 1000) & time_mask;
   std::uint64_t tat = _rate[c] & time_mask, refused = _rate[c] >> 48;
-  if (tat > now && tat - now > _rate_tolerance_us) {
+  if (tat > now && tat - now > _rate_tolerance_us.load(std::memory_order_relaxed)) {
     ++refused;
     _rate[c] = (std::min<std::uint64_t>(refused, 0xFFFF) << 48) | tat;
     _fanout.counters().client_rate_limited.add();
@@ -121,7 +130,7 @@ bool session::within_rate(conn_id c) noexcept {
     return false;
   }
   if (tat <= now) refused = 0;  // it kept to its rate: nothing borrowed from its burst
-  _rate[c] = (refused << 48) | ((std::max(tat, now) + _rate_interval_us) & time_mask);
+  _rate[c] = (refused << 48) | ((std::max(tat, now) + interval) & time_mask);
   return true;
 }
 

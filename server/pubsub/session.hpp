@@ -5,6 +5,7 @@
 /// order; resume from the history with an exact seam; what each connection's token granted,
 /// and its expiry. Events reach the subscribers through the shard's fanout.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,6 +49,9 @@ class session final : public application, private bus_reply_handler {
   void use_presence(presence_table& table) noexcept { _presence = &table; }
   /// The users revoked lately: an in-band `auth` with a token they revoked is refused.
   void use_revocations(const revocation_list* r) noexcept { _revoked = r; }
+  /// --client-message-rate and --client-message-burst (0: no limit): at construction, and again
+  /// from any thread on SIGHUP; each connection's next message keeps to the new ones.
+  void set_client_message_rate(double per_second, std::uint32_t burst) noexcept;
   ~session() override;
 
   void bind(conn_ops& ops) noexcept override;
@@ -149,9 +153,11 @@ class session final : public application, private bus_reply_handler {
   std::uint32_t _next_flow = 1;
   // --client-message-rate, per slot: when the connection's next message is due at its rate
   // (the generic cell rate algorithm, in microseconds of the monotonic clock: 48 bits) and how
-  // many it sent past the rate since it last kept to it (16 bits). Only with the option.
+  // many it sent past the rate since it last kept to it (16 bits). Only with the option; a slot
+  // is reset on each open once the vector holds it.
   std::vector<std::uint64_t> _rate;
-  std::uint64_t _rate_interval_us = 0, _rate_tolerance_us = 0;
+  bool rate_slot(conn_id c) noexcept;
+  std::atomic<std::uint64_t> _rate_interval_us{0}, _rate_tolerance_us{0};  // set_client_message_rate
 };
 
 }  // namespace wspush::server::pubsub

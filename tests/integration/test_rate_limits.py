@@ -22,7 +22,12 @@ that keeps to its rate is never refused; a flood is closed with 1008 after 16 re
 event stream, gets `429` with `Retry-After`; another user is not affected; a connection that
 closes (by the client, or refused later) frees its place. And a connection keeps the user it
 opened with: an in-band `auth` with a token of another `sub` is refused `forbidden` and changes
-nothing, one of the same `sub` is `authed`. Exit 0 pass, 1 fail, 77 io_uring unavailable.
+nothing, one of the same `sub` is `authed`.
+
+`--bus redis`: the same checks against a node on the Redis bus (a real redis-server, the node
+ready on it before each step): the upgrade storm, the lifetime closes and a resume across them
+that loses nothing (the positions are Redis's), the message rate (a pub past it refused, and not
+published: no subscriber hears it), the user limit. Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import asyncio
 import base64
@@ -36,8 +41,22 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import websockets  # noqa: E402
-from wsp_testlib import (ServerProcess, arg_parser, check, metric, publish_ok, recv_json, run_main,  # noqa: E402
-                         run_step, scaled)
+from wsp_testlib import (ServerProcess, arg_parser, check, metric, poll_until, publish_ok, recv_json,  # noqa: E402
+                         run_main, run_step, scaled)
+from wsp_bus import readyz  # noqa: E402
+from wsp_redis import RedisServer  # noqa: E402
+
+def start_node(args, extra, jwt_secret=None) -> ServerProcess:
+    """A pub/sub node with `extra`: on the embedded bus, or with --bus redis on `args.redis`, once
+    it is up on it and ready."""
+    bus = ["--bus", args.redis.url] if args.redis else []
+    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose, jwt_secret=jwt_secret,
+                           extra=[*bus, *extra]).start()
+    if args.redis:
+        check(poll_until(lambda: metric(server, "wspush_bus_up") == 1 and readyz(server) == 200, scaled(20)),
+              "the node did not come up on the Redis bus\n" + server.log_tail())
+    return server
+
 
 RATE = 20
 STORM = 200
@@ -202,8 +221,7 @@ def stream_lifetime(server: ServerProcess) -> None:
 
 
 def lifetime(args) -> None:
-    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                           extra=["--max-connection-lifetime", str(LIFETIME)]).start()
+    server = start_node(args, ["--max-connection-lifetime", str(LIFETIME)])
     before = metric(server, "wspush_lifetime_closes_total")
     asyncio.run(lifetimes(server))
     check(metric(server, "wspush_lifetime_closes_total") - before >= 10, "wspush_lifetime_closes_total")
@@ -215,7 +233,8 @@ def lifetime(args) -> None:
 MSG_RATE, MSG_BURST = 10, 5
 
 
-async def message_rate(server: ServerProcess) -> None:
+async def message_rate(server: ServerProcess) -> int:
+    """Returns how many pubs of the flood check were refused (the rest are counted by the caller)."""
     url = f"ws://127.0.0.1:{server.port}/ws"
     sub = json.dumps({"op": "sub", "topics": ["mailbox:rate"]})
     ws = await websockets.connect(url, ping_interval=None)
@@ -243,6 +262,27 @@ async def message_rate(server: ServerProcess) -> None:
     check(replies[-1] == {"op": "error", "code": "rate_limited", "topic": "mailbox:rate", "of": "pub"},
           f"a pub past the rate answered {replies[-1]} (the pongs are not answered)")
     await ws.close()
+    # The pubs past the rate reach no one: a subscriber (the publisher itself) hears the burst's
+    # alone, then an event published after them all.
+    ws = await websockets.connect(url, ping_interval=None)
+    await ws.send(json.dumps({"op": "sub", "topics": ["mailbox:flood"]}))
+    check((await recv_json(ws)).get("op") == "subbed", "the flood's subscription")
+    await asyncio.sleep(1.5 * MSG_BURST / MSG_RATE)  # the burst refills
+    sent_at = time.monotonic()
+    for k in range(MSG_BURST + 3):
+        await ws.send(json.dumps({"op": "pub", "topic": "mailbox:flood", "data": k}))
+    replies = [await recv_json(ws) for _ in range(MSG_BURST + 3)]
+    took = time.monotonic() - sent_at
+    heard = [r["data"] for r in replies if r.get("topic") == "mailbox:flood" and "op" not in r]
+    refused = [r for r in replies if r == {"op": "error", "code": "rate_limited", "topic": "mailbox:flood", "of": "pub"}]
+    check(len(heard) + len(refused) == MSG_BURST + 3, f"the pubs were answered {replies}")
+    check(MSG_BURST <= len(heard) <= MSG_BURST + took * MSG_RATE + 1,
+          f"{len(heard)} of {MSG_BURST + 3} pubs published in {took:.2f} s (burst {MSG_BURST}, {MSG_RATE}/s)")
+    check(heard == list(range(len(heard))), f"the pubs published out of order: {heard}")
+    marker = await asyncio.to_thread(publish_ok, server, "mailbox:flood", "marker")
+    ev = await recv_json(ws)
+    check(ev.get("id") == marker, f"after the flood, heard {ev} before the marker: a refused pub was published")
+    await ws.close()
     # A client that keeps to its rate (a little under it) is never refused.
     polite = await websockets.connect(url, ping_interval=None)
     for k in range(int(MSG_RATE * 2)):
@@ -263,16 +303,17 @@ async def message_rate(server: ServerProcess) -> None:
         check(e.rcvd is not None and e.rcvd.code == 1008, f"the flood was closed with {e.rcvd}, not 1008")
     check(codes.count("rate_limited") == 15 and codes.count("subbed") == MSG_BURST,
           f"the flood got {codes.count('subbed')} subbed and {codes.count('rate_limited')} rate_limited before 1008")
+    return len(refused)
 
 
 def message_rate_step(args) -> None:
-    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                           extra=["--client-message-rate", str(MSG_RATE), "--client-message-burst", str(MSG_BURST),
-                                  "--allow-client-publish"]).start()
+    server = start_node(args, ["--client-message-rate", str(MSG_RATE), "--client-message-burst", str(MSG_BURST),
+                               "--allow-client-publish"])
     before = metric(server, "wspush_client_messages_rate_limited_total")
-    asyncio.run(message_rate(server))
+    refused_pubs = asyncio.run(message_rate(server))
     counted = metric(server, "wspush_client_messages_rate_limited_total") - before
-    check(counted == 1 + 1 + 16, f"{counted} counted as rate limited, 18 were (the pongs are not)")
+    check(counted == 1 + 1 + refused_pubs + 16,
+          f"{counted} counted as rate limited, {18 + refused_pubs} were (the pongs are not)")
     server.kill()
 
 
@@ -347,22 +388,36 @@ async def users(server: ServerProcess) -> None:
 
 
 def users_step(args) -> None:
-    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose, jwt_secret=SECRET,
-                           extra=["--max-connections-per-user", str(PER_USER)]).start()
+    server = start_node(args, ["--max-connections-per-user", str(PER_USER)], jwt_secret=SECRET)
     asyncio.run(users(server))
     check(metric(server, 'wspush_upgrades_total{result="user_limit"}') >= 2, "429s not counted as user_limit")
     server.kill()
 
 
-def main(args) -> None:
-    server = ServerProcess(args.server, io=args.io, mode="pubsub", quiet=not args.verbose,
-                           extra=["--upgrade-rate", str(RATE)]).start()
-    run_step("--upgrade-rate against a storm of upgrades and streams", upgrade_rate, server)
+def steps(args) -> None:
+    where = " (Redis bus)" if args.redis else ""
+    server = start_node(args, ["--upgrade-rate", str(RATE)])
+    run_step("--upgrade-rate against a storm of upgrades and streams" + where, upgrade_rate, server)
     server.kill()
-    run_step("--max-connection-lifetime: 1001 each at its time, resume loses nothing", lifetime, args)
-    run_step("--client-message-rate: burst, rate, rate_limited, a flood closed 1008", message_rate_step, args)
-    run_step("--max-connections-per-user: 429, places freed; the user fixed at the upgrade", users_step, args)
+    run_step("--max-connection-lifetime: 1001 each at its time, resume loses nothing" + where, lifetime, args)
+    run_step("--client-message-rate: burst, rate, rate_limited (pubs unpublished), a flood closed 1008" + where,
+             message_rate_step, args)
+    run_step("--max-connections-per-user: 429, places freed; the user fixed at the upgrade" + where, users_step, args)
+
+
+def main(args) -> None:
+    args.redis = None
+    if args.bus == "embedded":
+        return steps(args)
+    args.redis = RedisServer(persistent=False).start()
+    try:
+        steps(args)
+    finally:
+        args.redis.close()
 
 
 if __name__ == "__main__":
-    run_main(main, arg_parser(__doc__))
+    parser = arg_parser(__doc__)
+    parser.add_argument("--bus", choices=["embedded", "redis"], default="embedded",
+                        help="the node's bus: embedded, or a real redis-server started for the test")
+    run_main(main, parser)

@@ -11,7 +11,8 @@ API key is required; bad bodies get 400; a user with no connection is revoked al
 
 Redis bus (real redis-server, two nodes): a revoke on node A closes the user's connections on
 node B, and a node started after the revoke refuses the revoked token (it reads the list kept in
-Redis). Exit 0 pass, 1 fail, 77 io_uring unavailable.
+Redis). The same on a Redis Cluster of three masters. Exit 0 pass, 1 fail, 77 io_uring
+unavailable.
 """
 import asyncio
 import base64
@@ -182,6 +183,40 @@ def bus_node(args, url: str) -> ServerProcess:
     return s
 
 
+def shared_list(args, url: str, holder) -> None:
+    """Two nodes on the bus at `url`: a revoke on node a closes the user's connections on node b;
+    the list is in Redis (`holder`: the Redis that keeps it); a node started later reads it."""
+    a, b = bus_node(args, url), bus_node(args, url)
+    before = time.time() - 5
+
+    async def body():
+        on_b = [await websockets.connect(f"ws://127.0.0.1:{b.port}/ws?token={token('r1', iat=before)}",
+                                         ping_interval=None) for _ in range(2)]
+        other = await websockets.connect(f"ws://127.0.0.1:{b.port}/ws?token={token('r2', iat=before)}",
+                                         ping_interval=None)
+        await subscribe(other, ["mailbox:9"])
+        status, answer = await asyncio.to_thread(disconnect, a, {"sub": "r1"}, "")
+        # Node A has none of them: it counts its own only.
+        check((status, answer) == (200, {"disconnected": 0}), f"node a answered {status} {answer}")
+        for ws in on_b:
+            await expect_revoked(ws)
+        sent = publish_ok(b, "mailbox:9", {"k": 1})
+        check((await recv_json(other)).get("id") == sent, "another user's connection on node b")
+        await other.close()
+        check(await upgrade_status(b.port, token("r1", iat=before)) == 401, "node b took the revoked token")
+    asyncio.run(body())
+    check(metric(b, "wspush_revoked_connections_total") == 2, "node b did not count its closes")
+    check(holder().command("ZSCORE", "wspush:revocations", "r1") is not None, "the list in Redis lacks r1")
+    # A node that starts after the revoke reads the list.
+    c = bus_node(args, url)
+    check(poll_until(lambda: metric(c, "wspush_revocations") == 1, scaled(10)), "node c did not read the list")
+    check(asyncio.run(upgrade_status(c.port, token("r1", iat=before))) == 401, "node c took the revoked token")
+    check(asyncio.run(upgrade_status(c.port, token("r1", iat=time.time() + 1))) == 101,
+          "node c refused a token issued after the revoke")
+    for s in (a, b, c):
+        s.kill()
+
+
 def redis_step(args) -> None:
     if not shutil.which("redis-server"):
         print("  (redis-server not installed: step skipped)")
@@ -189,37 +224,24 @@ def redis_step(args) -> None:
     from wsp_redis import RedisServer
     redis = RedisServer(persistent=False).start()
     try:
-        a, b = bus_node(args, redis.url), bus_node(args, redis.url)
-        before = time.time() - 5
-
-        async def body():
-            on_b = [await websockets.connect(f"ws://127.0.0.1:{b.port}/ws?token={token('r1', iat=before)}",
-                                             ping_interval=None) for _ in range(2)]
-            other = await websockets.connect(f"ws://127.0.0.1:{b.port}/ws?token={token('r2', iat=before)}",
-                                             ping_interval=None)
-            await subscribe(other, ["mailbox:9"])
-            status, answer = await asyncio.to_thread(disconnect, a, {"sub": "r1"}, "")
-            # Node A has none of them: it counts its own only.
-            check((status, answer) == (200, {"disconnected": 0}), f"node a answered {status} {answer}")
-            for ws in on_b:
-                await expect_revoked(ws)
-            sent = publish_ok(b, "mailbox:9", {"k": 1})
-            check((await recv_json(other)).get("id") == sent, "another user's connection on node b")
-            await other.close()
-            check(await upgrade_status(b.port, token("r1", iat=before)) == 401, "node b took the revoked token")
-        asyncio.run(body())
-        check(metric(b, "wspush_revoked_connections_total") == 2, "node b did not count its closes")
-        check(redis.command("ZSCORE", "wspush:revocations", "r1") is not None, "the list in Redis lacks r1")
-        # A node that starts after the revoke reads the list.
-        c = bus_node(args, redis.url)
-        check(poll_until(lambda: metric(c, "wspush_revocations") == 1, scaled(10)), "node c did not read the list")
-        check(asyncio.run(upgrade_status(c.port, token("r1", iat=before))) == 401, "node c took the revoked token")
-        check(asyncio.run(upgrade_status(c.port, token("r1", iat=time.time() + 1))) == 101,
-              "node c refused a token issued after the revoke")
-        for s in (a, b, c):
-            s.kill()
+        shared_list(args, redis.url, lambda: redis)
     finally:
         redis.close()
+
+
+def cluster_step(args) -> None:
+    """The same on a Redis Cluster of three masters: the list is kept by the master of its key's
+    slot, the revoke reaches the other node through a plain PUBLISH (cluster-wide)."""
+    if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+        print("  (redis-server or redis-cli not installed: step skipped)")
+        return
+    from wsp_bus import slot_of
+    from wsp_redis import RedisCluster
+    cluster = RedisCluster(masters=3, replicas=0, persistent=False).start()
+    try:
+        shared_list(args, cluster.url, lambda: cluster.node_of(slot_of("wspush:revocations")))
+    finally:
+        cluster.close()
 
 
 def main(args) -> None:
@@ -231,6 +253,8 @@ def main(args) -> None:
     run_step("--max-revocations: the oldest revoke forgotten first", bound_step, args)
     run_step("--revocation-ttl 0: closes, refuses nothing later", off_step, args)
     run_step("Redis bus: a revoke on node a closes on node b; a node started later reads the list", redis_step, args)
+    run_step("Redis Cluster: a revoke on node a closes on node b; a node started later reads the list", cluster_step,
+             args)
 
 
 if __name__ == "__main__":

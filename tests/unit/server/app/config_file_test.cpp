@@ -312,7 +312,18 @@ TEST_CASE("config file: --help lists --config") {
   CHECK_THROWS_WITH(parse_file(bad, {"--help"}), Catch::Contains("unknown option"));
 }
 
-TEST_CASE("config file: SIGHUP names each option changed in the file as needing a restart") {
+/// The lines of config_changes, and which of them are in effect at once.
+static std::vector<std::string> lines_of(const std::vector<config_change>& changes,
+                                         std::vector<bool>* in_effect = nullptr) {
+  std::vector<std::string> out;
+  for (const config_change& c : changes) {
+    out.push_back(c.line);
+    if (in_effect) in_effect->push_back(c.in_effect);
+  }
+  return out;
+}
+
+TEST_CASE("config file: SIGHUP reloads some options, names the others as needing a restart") {
   temp_file f("auth = \"none\"\nmax-connections = 2\nhistory-ttl = 0.5\napi-key = \"one\"\nhistory-size = 5\n");
   scoped_env e("WSPUSH_HISTORY_SIZE", "7");
   const config running = parse_file(f, {"--threads=2"});
@@ -321,19 +332,92 @@ TEST_CASE("config file: SIGHUP names each option changed in the file as needing 
   f.rewrite("auth = \"none\"\nmax-connections = \"2\"\nhistory-ttl = 0.50\napi-key = \"one\"\nhistory-size = 5\n");
   CHECK(config_changes(running, parse_file(f, {"--threads=2"})).empty());
 
-  f.rewrite("auth = \"none\"\nmax-connections = 5\nhistory-ttl = 0.5\napi-key = \"two\"\nhistory-size = 6\nthreads = 4\n");
-  std::vector<std::string> lines = config_changes(running, parse_file(f, {"--threads=2"}));
-  REQUIRE(lines.size() == 4);  // in the order of --help
-  CHECK_THAT(lines[0], Catch::StartsWith(f.path + ":4: api-key changed: it needs a restart") &&
-                           !Catch::Contains("one") && !Catch::Contains("two"));  // secrets are not logged
+  f.rewrite("auth = \"none\"\nmax-connections = 5\nhistory-ttl = 0.75\napi-key = \"two\"\nhistory-size = 6\nthreads = 4\n");
+  std::vector<bool> now;
+  std::vector<std::string> lines = lines_of(config_changes(running, parse_file(f, {"--threads=2"})), &now);
+  REQUIRE(lines.size() == 5);  // in the order of --help
+  CHECK(lines[0] == f.path + ":4: api-key changed: in effect now");  // secrets are not logged
+  CHECK(now[0]);
   CHECK(lines[1] == f.path + ":6: threads changed in the file, but the command line overrides it: nothing to do");
-  CHECK(lines[2] == f.path + ":2: max-connections changed (2 -> 5): it needs a restart; 2 stays in effect until then");
+  CHECK_FALSE(now[1]);
+  CHECK(lines[2] == f.path + ":2: max-connections changed (2 -> 5): in effect now");
+  CHECK(now[2]);
   CHECK(lines[3] == f.path + ":5: history-size changed in the file, but WSPUSH_HISTORY_SIZE overrides it: nothing to do");
+  CHECK_FALSE(now[3]);
+  CHECK(lines[4] == f.path + ":3: history-ttl changed (0.5 -> 0.75): it needs a restart; 0.5 stays in effect until then");
+  CHECK_FALSE(now[4]);
   // A key taken out of the file goes back to its default: a change too.
   f.rewrite("auth = \"none\"\nhistory-ttl = 0.5\napi-key = \"one\"\nhistory-size = 5\n");
-  lines = config_changes(running, parse_file(f, {"--threads=2"}));
+  lines = lines_of(config_changes(running, parse_file(f, {"--threads=2"})));
   REQUIRE(lines.size() == 1);
-  CHECK(lines[0] == f.path + ": max-connections changed (2 -> 0): it needs a restart; 2 stays in effect until then");
+  CHECK(lines[0] == f.path + ": max-connections changed (2 -> 0): in effect now");
+}
+
+TEST_CASE("config file: which options SIGHUP reloads, and each one's line") {
+  for (const char* name : {"api-key", "max-connections", "upgrade-rate", "client-message-rate", "client-message-burst",
+                           "log-level"})
+    CHECK(is_reloadable(name));
+  for (const char* name : {"threads", "listen", "jwt-secret", "history-size", "max-connections-per-user", "bus",
+                           "max-connection-lifetime", "config"})
+    CHECK_FALSE(is_reloadable(name));
+  temp_file f("auth = \"none\"\nupgrade-rate = 100\nclient-message-rate = 10\nclient-message-burst = 5\n"
+              "log-level = \"info\"\nping-interval = 20\n");
+  const config running = parse_file(f);
+  f.rewrite("auth = \"none\"\nupgrade-rate = 3\nclient-message-rate = 2\nclient-message-burst = 1\n"
+            "log-level = \"debug\"\nping-interval = 30\n");
+  const config next = parse_file(f);
+  CHECK(next.logging == log_level::debug);
+  std::vector<bool> now;
+  const std::vector<std::string> lines = lines_of(config_changes(running, next), &now);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0] == f.path + ":2: upgrade-rate changed (100 -> 3): in effect now");
+  CHECK(lines[1] == f.path + ":3: client-message-rate changed (10 -> 2): in effect now");
+  CHECK(lines[2] == f.path + ":4: client-message-burst changed (5 -> 1): in effect now");
+  CHECK(lines[3] == f.path + ":6: ping-interval changed (20 -> 30): it needs a restart; 20 stays in effect until then");
+  CHECK(lines[4] == f.path + ":5: log-level changed (info -> debug): in effect now");
+  CHECK(now == std::vector<bool>{true, true, true, false, true});
+
+  // Once taken in, the reloaded options are no change any more; the restart-only one still is.
+  config taken = running;
+  take_reloadable(taken, next);
+  CHECK(taken.conn.upgrade_rate == 3);
+  CHECK(taken.logging == log_level::debug);
+  CHECK(taken.conn.ping_interval == 20);
+  const std::vector<std::string> again = lines_of(config_changes(taken, next));
+  REQUIRE(again.size() == 1);
+  CHECK_THAT(again[0], Catch::StartsWith(f.path + ":6: ping-interval changed (20 -> 30): it needs a restart"));
+}
+
+TEST_CASE("config file: a reloaded api-key taken in, and one taken out of the file") {
+  temp_file f("auth = \"none\"\napi-key = \"one\"\n");
+  config running = parse_file(f);
+  f.rewrite("auth = \"none\"\napi-key = \"two\"\n");
+  const config two = parse_file(f);
+  take_reloadable(running, two);
+  CHECK(running.api_key == "two");
+  CHECK(config_changes(running, two).empty());
+  f.rewrite("auth = \"none\"\n");  // no key: the publish endpoints open again
+  const config none = parse_file(f);
+  const std::vector<std::string> lines = lines_of(config_changes(running, none));
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == f.path + ": api-key changed: in effect now");
+  take_reloadable(running, none);
+  CHECK(running.api_key.empty());
+  CHECK(config_changes(running, none).empty());
+  // An api-key the command line gives wins over the file's, at each SIGHUP too.
+  f.rewrite("auth = \"none\"\napi-key = \"three\"\n");
+  const config cli = parse_file(f, {"--api-key=cli"});
+  CHECK(cli.api_key == "cli");
+}
+
+TEST_CASE("config file: --log-level") {
+  CHECK(parse({"--auth=none"}).logging == log_level::info);
+  CHECK(parse({"--auth=none", "--log-level=warn"}).logging == log_level::warn);
+  CHECK(parse({"--auth=none", "--log-level", "error"}).logging == log_level::error);
+  CHECK_THROWS_WITH(parse({"--auth=none", "--log-level=verbose"}),
+                    Catch::Contains("--log-level: 'verbose' is not error, warn, info or debug"));
+  CHECK_THAT(help_text(), Catch::Contains("--log-level error|warn|info|debug") &&
+                              Catch::Contains("(SIGHUP reloads it) [default: info]"));
 }
 
 TEST_CASE("config file: --presence and --join-leave are switches like every option") {
@@ -437,7 +521,7 @@ TEST_CASE("config file: SIGHUP names a namespace added, removed or changed as ne
   f.rewrite("auth = \"none\"\n[namespace.\"b:\"]\npresence = true\n[namespace.\"a:\"]\nhistory-size = 5\n");
   CHECK(config_changes(running, parse_file(f)).empty());  // the order of the tables is no change
   f.rewrite("auth = \"none\"\n[namespace.\"a:\"]\nhistory-size = 6\n[namespace.\"c:\"]\npresence = true\n");
-  const std::vector<std::string> lines = config_changes(running, parse_file(f));
+  const std::vector<std::string> lines = lines_of(config_changes(running, parse_file(f)));
   REQUIRE(lines.size() == 3);
   CHECK(lines[0] == f.path + ":2: namespace \"a:\" changed: it needs a restart; the running one stays in effect until then");
   CHECK(lines[1] == f.path + ": namespace \"b:\" removed: it needs a restart; it stays in effect until then");

@@ -71,3 +71,26 @@ TEST_CASE("rate_gate: threads that race admit exactly the burst") {
   for (auto& t : ts) t.join();
   CHECK(admitted == 64);
 }
+
+TEST_CASE("rate_gate: configured again while in use (SIGHUP), it keeps to the new rate at once") {
+  rate_gate g;
+  const std::int64_t t0 = 3 * s;
+  CHECK(g.admit(t0));
+  g.configure(10, 2);  // a rate where there was none
+  CHECK(g.limits());
+  CHECK(g.admit(t0));
+  CHECK(g.admit(t0));
+  CHECK_FALSE(g.admit(t0));  // past the burst of 2
+  g.configure(1000, 1000);   // raised: the new burst goes through
+  int admitted = 0;
+  for (int k = 0; k < 2000; ++k) admitted += g.admit(t0 + s / 10);
+  CHECK(admitted >= 850);  // the gate was booked 100 ms ahead: that much of the burst is spent
+  CHECK(admitted <= 1100);
+  g.configure(1, 1);  // lowered: one a second from where the gate is booked
+  int later = 0;
+  for (int k = 0; k < 100; ++k) later += g.admit(t0 + 5 * s);
+  CHECK(later == 1);
+  g.configure(0, 0);  // lifted
+  CHECK_FALSE(g.limits());
+  for (int k = 0; k < 100; ++k) CHECK(g.admit(t0 + 5 * s));
+}
