@@ -50,6 +50,10 @@ const std::string_view usage_text =
     "  --step-seconds S, --step-pause S   each step's publishing time and the pause after it (10, 3)\n"
     "  --size BYTES                 payload size (default 64)\n"
     "  --topic T, --topic-prefix P  fanout topic (lg-fanout), mailbox topic prefix (lg-mb-)\n"
+    "  --own-topics                 idle: each connection subscribes to its own topic (the topic prefix and\n"
+    "                               its index), as in mailboxes\n"
+    "  --own-users                  with --jwt-secret: each connection's token names its own user (sub\n"
+    "                               \"u<index>\", the index its mailbox's number); without, one user for all\n"
     "  --pipeline K                 admin publish requests in flight (default 32)\n"
     "  --publish-batch B            admin: B messages per request, POST /publish/batch (default 1: POST /publish)\n"
     "  --hold S                     seconds to hold once all are up, before any publishing (default: idle 10,\n"
@@ -87,11 +91,11 @@ std::string_view scenario_name(scenario s) noexcept {
 }
 
 std::string options::topic_of(std::uint32_t global) const {
-  return sc == scenario::mailboxes ? topic_prefix + std::to_string(global) : topic;
+  return sc == scenario::mailboxes || own_topics ? topic_prefix + std::to_string(global) : topic;
 }
 
 bool options::topic_matches(std::uint32_t global, std::string_view t) const noexcept {
-  if (sc != scenario::mailboxes) return t == topic;
+  if (sc != scenario::mailboxes && !own_topics) return t == topic;
   if (!t.starts_with(topic_prefix)) return false;
   const std::string_view digits = t.substr(topic_prefix.size());
   std::uint32_t n = 0;
@@ -177,6 +181,7 @@ void apply_defaults(options& o, bool via_given) {
   }
   if (o.messages == 0) o.messages = o.publish_rate > 0 ? std::llround(o.publish_rate * o.seconds) : 200;
   if (o.messages == 0) o.messages = 1;
+  if (o.own_topics && o.sc != scenario::idle) fail("--own-topics runs with idle (mailboxes has them anyway)");
   if (!via_given) o.via = o.proto == protocol::broadcast ? publish_via::ws : publish_via::admin;
   const bool loopback = (ntohl(o.server.sin_addr.s_addr) >> 24) == 127;
   if (o.sources.empty() && loopback) o.sources = parse_sources("127.0.0.2-127.0.0.250");
@@ -306,6 +311,8 @@ options parse_options(int argc, char** argv) {
     else if (arg == "--token-ttl") o.token_ttl = num(1, 1e9);
     else if (arg == "--topic") o.topic = take();
     else if (arg == "--topic-prefix") o.topic_prefix = take();
+    else if (arg == "--own-topics") o.own_topics = true;
+    else if (arg == "--own-users") o.own_users = true;
     else if (arg == "--connections") o.connections = static_cast<std::uint32_t>(num(1, 1e7));
     else if (arg == "--procs") o.procs = static_cast<std::uint32_t>(num(1, 1024));
     else if (arg == "--rate") o.connect_rate = num(0, 1e7);

@@ -53,6 +53,8 @@ struct options {
   double token_ttl = 3600;
   std::string topic = "lg-fanout";
   std::string topic_prefix = "lg-mb-";
+  bool own_topics = false;           ///< idle: each connection on its own topic, as mailboxes
+  bool own_users = false;            ///< each connection's token names its own user (sub "u<index>")
   std::uint32_t connections = 1000;
   std::uint32_t procs = 0;           ///< 0: one per 10,000 connections
   double connect_rate = 0;           ///< connections/s over all processes; 0: --inflight bound

@@ -11,10 +11,12 @@
 
 namespace wspush::loadgen {
 
-std::string mint_token(const std::string& secret, const std::string& topic, bool publisher, double ttl_s) {
+std::string mint_token(const std::string& secret, const std::string& topic, bool publisher, double ttl_s,
+                       const std::string& sub) {
   if (secret.empty()) return {};
   const auto exp = static_cast<long long>(std::time(nullptr)) + static_cast<long long>(ttl_s);
-  std::string claims = R"({"sub":")" + std::string(publisher ? "loadgen-publisher" : "loadgen") +
+  const std::string user = !sub.empty() ? sub : publisher ? "loadgen-publisher" : "loadgen";
+  std::string claims = R"({"sub":")" + user +
                        R"(","exp":)" + std::to_string(exp) + R"(,"topics":[")" + (publisher ? "*" : topic) + "\"]";
   if (publisher) claims += R"(,"pub":["*"])";
   claims += "}";

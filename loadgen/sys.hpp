@@ -97,9 +97,11 @@ inline ctr classify_status(int status) noexcept {
   }
 }
 
-/// A JWT for one connection: may subscribe to `topic` (and publish to everything when `publisher`).
+/// A JWT for one connection: may subscribe to `topic` (and publish to everything when `publisher`);
+/// its user (`sub`) is `sub`, or one shared by all ("loadgen", "loadgen-publisher") when empty.
 /// Empty when no secret is configured.
-std::string mint_token(const std::string& secret, const std::string& topic, bool publisher, double ttl_s);
+std::string mint_token(const std::string& secret, const std::string& topic, bool publisher, double ttl_s,
+                       const std::string& sub = {});
 
 /// Opens a non-blocking TCP socket bound to `source` (when non-null, port chosen at connect time)
 /// and starts connecting. Returns the fd, or -errno.

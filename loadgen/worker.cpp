@@ -23,7 +23,7 @@ worker::worker(const options& o, std::uint32_t index, std::uint32_t first, std::
       _index(index), _first(first), _ctrl(ctrl_fd), _report(report_fd) {
   _c[ctr::assigned] = count;
   _want_each = o.messages_for(0);
-  const bool shared_topic = o.proto == protocol::pubsub && o.sc != scenario::mailboxes;
+  const bool shared_topic = o.proto == protocol::pubsub && o.sc != scenario::mailboxes && !o.own_topics;
   _memo = std::make_unique<delivery_memo>(shared_topic ? o.topic : std::string());
   if (o.compression) _inflater = std::make_unique<head_inflater>();
   if (o.tls) {
@@ -153,7 +153,7 @@ void worker::send_upgrade(std::uint32_t i) noexcept {
   if (!_streams.empty()) return send_stream_request(i);
   lg_conn& c = _conns[i];
   const std::string key = make_key(_rng);
-  const std::string token = mint_token(_o.jwt_secret, _o.topic_of(_first + i), false, _o.token_ttl);
+  const std::string token = mint_token(_o.jwt_secret, _o.topic_of(_first + i), false, _o.token_ttl, user_of(i));
   const std::string request = make_upgrade_request(_o.path, _o.host_header, key, token, _o.compression);
   const ssize_t n = io_send(i, request.data(), request.size());
   if (n != static_cast<ssize_t>(request.size())) {   // a fresh socket takes a few hundred bytes at once
@@ -171,7 +171,7 @@ void worker::send_upgrade(std::uint32_t i) noexcept {
 void worker::send_stream_request(std::uint32_t i) noexcept {
   lg_conn& c = _conns[i];
   const std::string topic = _o.topic_of(_first + i);
-  const std::string token = mint_token(_o.jwt_secret, topic, false, _o.token_ttl);
+  const std::string token = mint_token(_o.jwt_secret, topic, false, _o.token_ttl, user_of(i));
   const std::string request = make_stream_request(_o.path, _o.host_header, topic, token, resume_id(i));
   const ssize_t n = io_send(i, request.data(), request.size());
   if (n != static_cast<ssize_t>(request.size())) {

@@ -106,6 +106,11 @@ private:
   [[nodiscard]] std::string_view resume_id(std::uint32_t i) const noexcept {
     return _last_ids.empty() ? std::string_view{} : std::string_view(_last_ids[i].bytes.data(), _last_ids[i].len);
   }
+  /// The user connection `i`'s token names: "u<index over all processes>" with --own-users,
+  /// else empty (one shared by all).
+  [[nodiscard]] std::string user_of(std::uint32_t i) const {
+    return _o.own_users ? "u" + std::to_string(_first + i) : std::string();
+  }
   void become_ready(std::uint32_t i) noexcept;
   bool send_text(lg_conn& c, std::string_view text) noexcept;
   void send_control(lg_conn& c, proto::opcode op, std::span<const std::uint8_t> payload) noexcept;

@@ -9,6 +9,10 @@
 //                                            // over "websocket" or "sse" (c.transport)
 //   c.on("lost", (topics) => ...);   // history no longer reaches back: resynchronise
 //   c.on("subscription", ({topic, state}) => ...);   // c.topicState(topic), below
+//   const {users, userCount, connections, truncated} = await c.presence("room:7");  // {sub: n}
+//   const {userCount, connections} = await c.presenceCount("room:7");
+//   c.on("join", ({topic, user}) => ...);    // a user's first connection subscribed to a topic
+//   c.on("leave", ({topic, user}) => ...);   // the page subscribed to; its last one left it
 //   c.close();
 //
 // Behaviour a million tabs sharing one server need (DESIGN.md "Browser client"):
@@ -55,6 +59,25 @@
 //   one opens, resuming with `since` once the streams are closed. Over streams there is no
 //   heartbeat (EventSource hides the keepalive) and no pub; in "auto", fallbackAfter stream
 //   opens failing in a row send it back to trying WebSocket.
+// - presence (a topic whose namespace keeps it, server --presence): presence(topic) asks
+//   {"op":"presence"} and resolves with {users: {sub: connections}, userCount, connections,
+//   truncated} (the server lists at most 1000 users, then truncated is true; userCount counts
+//   all), presenceCount(topic) asks {"op":"presence_count"} and resolves with {userCount,
+//   connections}. An error answer rejects with an Error whose .code is the server's
+//   ("not_enabled", "forbidden", "unavailable", "rate_limited", ...); a connection that closes
+//   before the answer rejects with "closed" (nothing is asked again: the page asks anew), as
+//   does close() or auth_failed. Asked while connecting, it is sent once the connection opens.
+//   The server answers a connection's messages in order, so a presence answer is matched to the
+//   oldest request waiting (the same queue as sub, unsub and auth), of its op and topic. Over
+//   event streams nothing can be asked: it rejects with "unsupported".
+// - join/leave (a topic whose namespace announces them, server --join-leave): "join" and
+//   "leave" events ({topic, user}, user the token's `sub`) for the topics the page subscribed
+//   to, over WebSocket and over event streams alike; the server announces a user's first
+//   connection to subscribe and its last one to leave, the page's own user included. They are
+//   not kept in the history: what happened while the client was away is not replayed (ask
+//   presence() after a reconnect). A stream's reopen (a subscribe, an unsubscribe, a token
+//   refresh) is a leave and a join of the page's user to the others when it has no other
+//   connection there.
 
 /* global globalThis */
 
@@ -98,6 +121,15 @@ function sseUrlOf(wsUrl) {
   url.pathname = url.pathname.replace(/[^/]*$/, "sse");
   url.hash = "";
   return url.toString();
+}
+
+/// A presence request's rejection: an Error with the code (the server's, or "closed",
+/// "unsupported") and the topic.
+function presenceError(q, code) {
+  const e = new Error(`WsPush: ${q.op} of ${q.topic}: ${code}`);
+  e.code = code;
+  e.topic = q.topic;
+  return e;
 }
 
 class WsPush {
@@ -160,7 +192,9 @@ class WsPush {
     // What this connection asked and the server has not answered yet, oldest first: the server
     // answers a connection's sub, unsub and auth each once, in order, so an answer (subbed,
     // unsubbed, authed or error) is always the head's. A sub's entry is its topic list.
+    // A presence request's entry is {op, topic, resolve, reject}.
     this._asked = [];
+    this._presenceWaiting = []; // presence asked before the connection opened
     this._retryAttempt = 0; // retries in a row since a sub was last answered `subbed`
     this._listeners = new Map(); // event name -> Set of callbacks
     this._ws = null;
@@ -212,9 +246,21 @@ class WsPush {
     this._send({ op: "unsub", topics: [topic] }, "unsub");
   }
 
+  /// Who is subscribed to `topic` now: a Promise of {users: {sub: connections}, userCount,
+  /// connections, truncated}; rejects with an Error carrying .code (header comment).
+  presence(topic) {
+    return this._askPresence("presence", topic);
+  }
+
+  /// How many users and connections are subscribed to `topic`: a Promise of {userCount,
+  /// connections}; rejects as presence() does.
+  presenceCount(topic) {
+    return this._askPresence("presence_count", topic);
+  }
+
   /// Events: "state" (s, transport), "lost" (topics), "error" ({code, topic}) for refused
   /// requests ({code, topic, of: "pub"} for a pub), "subscription" ({topic, state}) when
-  /// topicState(topic) changes.
+  /// topicState(topic) changes, "join" and "leave" ({topic, user}) on topics that announce them.
   on(event, callback) {
     if (!this._listeners.has(event)) this._listeners.set(event, new Set());
     this._listeners.get(event).add(callback);
@@ -225,6 +271,7 @@ class WsPush {
   close() {
     this._closedByUser = true;
     this._clearTimers();
+    this._failPresence("closed", true);
     this._closeStreams();
     this._stopProbe();
     if (this._ws) {
@@ -293,6 +340,7 @@ class WsPush {
       this._askedForToken = false;
       this._setState("open");
       this._resubscribe();
+      this._sendWaitingPresence();
       this._armHeartbeat();
       this._scheduleRefresh();
     };
@@ -396,7 +444,7 @@ class WsPush {
       s.opened = true;
       if (this._streams.every((x) => x.opened)) this._streamsOpen();
     });
-    for (const type of ["message", "subbed", "lost", "refused"]) {
+    for (const type of ["message", "subbed", "lost", "refused", "join", "leave"]) {
       es.addEventListener(type, (e) => {
         if (live()) this._onStreamMessage(s, e.data);
       });
@@ -415,6 +463,7 @@ class WsPush {
     this._retryAttempt = 0;
     this._askedForToken = false;
     this._setState("open");
+    this._failPresence("unsupported", true, true);
     this._scheduleRefresh();
     if (!this._timers.probe && !this._probe) this._armProbe(this._probeSoon ? 0 : undefined);
     this._probeSoon = false;
@@ -434,6 +483,9 @@ class WsPush {
       case "lost":
         if (m.topics && m.topics.length) this._emit("lost", m.topics);
         return;
+      case "join":
+      case "leave":
+        return this._onJoinLeave(m);
       case "error": {
         if (m.code === "revoked") {
           // The user was revoked, and the server ends every stream of it: none is reopened
@@ -535,7 +587,7 @@ class WsPush {
   /// or if the fresh one is refused too, stop: reconnecting would only be refused again.
   async _renewThenReconnect() {
     const getToken = this._opts.getToken;
-    if (!getToken || this._askedForToken) return this._setState("auth_failed");
+    if (!getToken || this._askedForToken) return this._authFailed();
     this._askedForToken = true;
     let fresh = null;
     try {
@@ -544,7 +596,7 @@ class WsPush {
       fresh = null;
     }
     if (this._closedByUser) return;
-    if (!fresh) return this._setState("auth_failed");
+    if (!fresh) return this._authFailed();
     this._token = fresh;
     this._scheduleReconnect();
   }
@@ -606,6 +658,56 @@ class WsPush {
     }, Math.min(at, 2 ** 31 - 1));
   }
 
+  _authFailed() {
+    this._failPresence("closed", true);
+    this._setState("auth_failed");
+  }
+
+  _askPresence(op, topic) {
+    return new Promise((resolve, reject) => {
+      const q = { op, topic, resolve, reject };
+      if (this._closedByUser || this._state === "auth_failed") return reject(presenceError(q, "closed"));
+      if (this._transport === "sse") return reject(presenceError(q, "unsupported"));
+      if (this._ws && this._state === "open") return this._send({ op, topic }, q);
+      this._presenceWaiting.push(q); // asked once the connection opens
+    });
+  }
+
+  _sendWaitingPresence() {
+    const waiting = this._presenceWaiting;
+    this._presenceWaiting = [];
+    for (const q of waiting) this._send({ op: q.op, topic: q.topic }, q);
+  }
+
+  /// Rejects the presence requests in flight on the connection with `code`, and with `waiting`
+  /// those not sent yet too (`onlyWaiting`: those alone).
+  _failPresence(code, waiting, onlyWaiting = false) {
+    const failed = waiting ? this._presenceWaiting : [];
+    if (waiting) this._presenceWaiting = [];
+    if (!onlyWaiting) {
+      failed.push(...this._asked.filter((a) => a && a.reject));
+      this._asked = this._asked.filter((a) => !(a && a.reject));
+    }
+    for (const q of failed) q.reject(presenceError(q, code));
+  }
+
+  /// The answer (or error, `error` its code) to the oldest presence request of `op` on `topic`
+  /// waiting; the server answers in order, so it is normally the head of _asked.
+  _settlePresence(op, topic, answer, error = null) {
+    const i = this._asked.findIndex((a) => a && a.reject && a.op === op && a.topic === topic);
+    if (i < 0) return;
+    const [q] = this._asked.splice(i, 1);
+    if (error) return q.reject(presenceError(q, error));
+    if (op === "presence_count") return q.resolve({ userCount: answer.user_count, connections: answer.connections });
+    q.resolve({ users: answer.users || {}, userCount: answer.user_count, connections: answer.connections,
+      truncated: !!answer.truncated });
+  }
+
+  _onJoinLeave(m) {
+    if (typeof m.user !== "string" || !this._topics.has(m.topic)) return; // unsubscribed since
+    this._emit(m.op, { topic: m.topic, user: m.user });
+  }
+
   _resubscribe() {
     this._sendSub([...this._topics.keys()]);
   }
@@ -625,8 +727,8 @@ class WsPush {
     }
   }
 
-  /// `asked`: what the server will answer (a sub's topic list, "unsub" or "auth"); null for
-  /// what it does not answer (pong).
+  /// `asked`: what the server will answer (a sub's topic list, "unsub", "auth" or a presence
+  /// request); null for what it does not answer (pong).
   _send(message, asked = null, pendingToken = null) {
     if (!this._ws || this._state !== "open") return; // sent on (re)connect instead
     if (pendingToken) this._pendingToken = pendingToken;
@@ -637,6 +739,7 @@ class WsPush {
   /// The connection is gone: nothing asked on it will be answered, and every topic is
   /// subscribed afresh by the next one.
   _forgetConnection() {
+    this._failPresence("closed", false);
     this._asked = [];
     this._retryAttempt = 0;
     for (const topic of this._topics.keys()) this._setTopicState(topic, "subscribing");
@@ -684,6 +787,12 @@ class WsPush {
       case "unsubbed":
         this._asked.shift();
         return;
+      case "presence":
+      case "presence_count":
+        return this._settlePresence(m.op, m.topic, m);
+      case "join":
+      case "leave":
+        return this._onJoinLeave(m);
       case "authed":
         this._asked.shift();
         if (this._pendingToken) this._token = this._pendingToken;
@@ -694,7 +803,11 @@ class WsPush {
         // A pub is answered only when it fails, and may be later than subs sent after it: its
         // error ("of":"pub") answers none of the requests waiting in _asked.
         if (m.of === "pub") return this._emit("error", { code: m.code, topic: m.topic, of: m.of });
+        if (m.of === "presence" || m.of === "presence_count") return this._settlePresence(m.of, m.topic, null, m.code);
         const asked = this._asked.shift();
+        // An error without `of` (a message refused before it was read, rate_limited) answers
+        // whatever was asked first, a presence request too: its promise says so.
+        if (asked && asked.reject) return asked.reject(presenceError(asked, m.code));
         if (asked === "auth" || m.code === "unauthorized") this._pendingToken = null; // the old token stays in force
         if (Array.isArray(asked)) this._answered(asked, m.code === "unavailable" ? "retrying" : "refused");
         return this._emit("error", { code: m.code, topic: m.topic });

@@ -13,7 +13,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -945,6 +945,140 @@ test('a revoked user (close 4403, a stream\'s refused "revoked"): a fresh token 
   assert.notEqual(sse._token, old);
   ws.close();
   sse.close();
+});
+
+/** A server whose `room:` topics keep presence and announce joins and leaves; `news:` keeps neither. */
+async function presenceServer() {
+  const config = path.join(mkdtempSync(path.join(tmpdir(), 'wspush-presence-')), 'wspush.toml');
+  writeFileSync(config, '[namespace."room:"]\npresence = true\njoin-leave = true\n');
+  return start({ jwtSecret: SECRET, extra: ['--config', config] });
+}
+const member = (sub) => mint({ sub, exp: nowS() + 3600, topics: ['room:*', 'news:*'] });
+
+/** Every join and leave a client hears, as "join w room:1". */
+function joinsAndLeaves(c) {
+  const heard = [];
+  for (const op of ['join', 'leave']) {
+    c.on(op, ({ topic, user }) => {
+      heard.push(`${op} ${user} ${topic}`);
+      notify();
+    });
+  }
+  return heard;
+}
+
+/** The code a promise is rejected with (fails if it resolves). */
+async function refusal(promise) {
+  try {
+    const v = await promise;
+    assert.fail(`resolved with ${JSON.stringify(v)}`);
+  } catch (e) {
+    if (e.code === undefined) throw e;
+    return e.code;
+  }
+}
+
+test('presence and presenceCount; join and leave once per user, not per tab; refusals carry their code', async () => {
+  const server = await presenceServer();
+  const url = `ws://127.0.0.1:${server.port}/ws`;
+  const room = 'room:1';
+  const watcher = client(url, { token: member('w') });
+  const heard = joinsAndLeaves(watcher);
+  watcher.subscribe(room, () => {});
+  // Asked while connecting: sent once the connection opens, after the sub.
+  const early = watcher.presenceCount(room);
+  await until(() => watcher.topicState(room) === 'subscribed', 'the watcher subscribed');
+  assert.deepEqual(await early, { userCount: 1, connections: 1 });
+  await until(() => heard.length >= 1, 'the watcher\'s own join');
+  // Two tabs of alice: one join.
+  const tabs = [client(url, { token: member('alice') }), client(url, { token: member('alice') })];
+  for (const tab of tabs) tab.subscribe(room, () => {});
+  await until(() => tabs.every((t) => t.topicState(room) === 'subscribed'), 'both tabs subscribed');
+  assert.deepEqual(await watcher.presence(room), { users: { w: 1, alice: 2 }, userCount: 2, connections: 3, truncated: false });
+  assert.deepEqual(await tabs[0].presenceCount(room), { userCount: 2, connections: 3 });
+  // Several in flight at once, refusals among them: each answer goes to its own request.
+  const many = [watcher.presence(room), watcher.presenceCount('news:1'), watcher.presenceCount(room),
+    watcher.presence('secret:1'), watcher.presence('news:1'), watcher.presence('not a topic')];
+  watcher.subscribe('news:1', () => {});  // a sub in between is answered in its turn
+  const [all, , count] = await Promise.all([many[0], many[1].catch(() => {}), many[2]]);
+  assert.equal(all.userCount, 2);
+  assert.deepEqual(count, { userCount: 2, connections: 3 });
+  assert.equal(await refusal(many[1]), 'not_enabled');
+  assert.equal(await refusal(many[3]), 'forbidden');
+  assert.equal(await refusal(many[4]), 'not_enabled');
+  assert.equal(await refusal(many[5]), 'bad_request');  // refused before it was read: no `of`, in its turn
+  await until(() => watcher.topicState('news:1') === 'subscribed', 'news:1 subscribed after the refusals');
+  const err = await watcher.presence('news:1').catch((e) => e);
+  assert.ok(err instanceof Error && err.code === 'not_enabled' && err.topic === 'news:1', `${err}`);
+  // The first tab goes: alice is still there. The second: alice leaves, once.
+  tabs[0].close();
+  await until(async () => (await watcher.presenceCount(room)).connections === 2, 'the first tab gone');
+  assert.deepEqual(heard, [`join w ${room}`, `join alice ${room}`]);
+  tabs[1].close();
+  await until(() => heard.length >= 3, 'alice\'s leave');
+  assert.deepEqual(await watcher.presence(room), { users: { w: 1 }, userCount: 1, connections: 1, truncated: false });
+  assert.deepEqual(heard, [`join w ${room}`, `join alice ${room}`, `leave alice ${room}`]);
+  // Joins and leaves of a topic the page left are not told.
+  watcher.unsubscribe(room);
+  const bob = client(url, { token: member('bob') });
+  bob.subscribe(room, () => {});
+  await until(() => bob.topicState(room) === 'subscribed', 'bob subscribed');
+  await watcher.presenceCount(room);  // answered after anything the room sent the watcher
+  assert.equal(heard.length, 3);
+  watcher.close();
+  bob.close();
+});
+
+test('presence: a connection that closes before the answer, close() and auth_failed reject with "closed"', async () => {
+  const server = await presenceServer();
+  const url = `ws://127.0.0.1:${server.port}/ws`;
+  const c = client(url, { token: member('u1'), baseDelay: 20, maxDelay: 200 });
+  await when(c, 'state', (s) => s === 'open');
+  const first = c._ws;
+  const cut = c.presence('room:2');
+  first.terminate();  // gone before the answer can come
+  assert.equal(await refusal(cut), 'closed');
+  await until(() => c.state === 'open' && c._ws !== first, 'the client back');
+  assert.deepEqual(await c.presenceCount('room:2'), { userCount: 0, connections: 0 });
+  c.close();
+  assert.equal(await refusal(c.presence('room:2')), 'closed');
+  // Asked while connecting, then closed by the page.
+  const d = client(url, { token: member('u2') });
+  const waiting = d.presence('room:2');
+  d.close();
+  assert.equal(await refusal(waiting), 'closed');
+  // Asked while connecting with a token refused (no getToken): auth_failed.
+  const e = client(url, { token: mint({ sub: 'u3', exp: nowS() + 3600 }, 'wrong secret') });
+  const never = e.presenceCount('room:2');
+  await when(e, 'state', (s) => s === 'auth_failed');
+  assert.equal(await refusal(never), 'closed');
+});
+
+test('on event streams: join and leave reach the same handlers; presence rejects "unsupported"', async () => {
+  const server = await presenceServer();
+  const room = 'room:3';
+  const s = client(`ws://127.0.0.1:${server.port}/ws`, {
+    transport: 'sse', EventSource: NodeEventSource, token: member('s'), baseDelay: 20,
+  });
+  const heard = joinsAndLeaves(s);
+  s.subscribe(room, () => {});
+  await until(() => s.state === 'open' && s.topicState(room) === 'subscribed', 'the stream open and subscribed');
+  assert.equal(await refusal(s.presence(room)), 'unsupported');
+  assert.equal(await refusal(s.presenceCount(room)), 'unsupported');
+  const bob = client(`ws://127.0.0.1:${server.port}/ws`, { token: member('bob') });
+  const bobHeard = joinsAndLeaves(bob);
+  bob.subscribe(room, () => {});
+  await until(() => heard.includes(`join bob ${room}`), 'bob\'s join on the stream');
+  assert.deepEqual(await bob.presence(room), { users: { s: 1, bob: 1 }, userCount: 2, connections: 2, truncated: false });
+  // The stream as the server wrote it: `event: join`, the JSON as data.
+  const stream = eventStreams.at(-1);
+  assert.ok(stream.events.some((e) => e.type === 'join' && JSON.parse(e.data).user === 'bob'), 'no `event: join` on the stream');
+  bob.close();
+  await until(() => heard.includes(`leave bob ${room}`), 'bob\'s leave on the stream');
+  assert.ok(stream.events.some((e) => e.type === 'leave' && JSON.parse(e.data).user === 'bob'), 'no `event: leave`');
+  assert.deepEqual(heard, [`join s ${room}`, `join bob ${room}`, `leave bob ${room}`]);
+  assert.ok(bobHeard.includes(`join s ${room}`) === false, 'bob joined after s: nothing of s to hear');
+  s.close();
 });
 
 test('the server serves this source as /wspush.mjs, and /wspush.js as a script', async () => {

@@ -1,7 +1,9 @@
 // Proves the steady-state paths of a shard allocate nothing: echoing messages, answering
 // pings, and accepting, upgrading and closing connections; in pubsub mode, publishing through
 // the hub to subscribed connections (plain, and compressed once per event for connections that
-// negotiated permessage-deflate) and sub/unsub round trips; on both io backends. The binary
+// negotiated permessage-deflate) and sub/unsub round trips; with presence and join/leave on (and
+// tokens naming users), events, pings, pongs, presence answers and a user's second tab coming
+// and going; on both io backends. The binary
 // links the counting global operator new (tests/support/counting_alloc: the buffer pool, the
 // slab and every std:: container get their memory through it), counted on every thread; a
 // real shard runs on its own thread and a raw socket client drives it.
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <ctime>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -28,10 +31,14 @@
 
 #include "pool/buffer_pool.hpp"
 #include "pool/task_pool.hpp"
+#include "proto/jwt.hpp"
 #include "proto/ws_frame.hpp"
 #include "server/app/shard.hpp"
 #include "server/net/socket_ops.hpp"
+#include "server/base/user_table.hpp"
 #include "server/pubsub/hub.hpp"
+#include "server/pubsub/namespaces.hpp"
+#include "server/pubsub/presence.hpp"
 #include "tests/support/counting_alloc.hpp"
 
 using namespace wspush;
@@ -46,7 +53,8 @@ struct client {
   std::size_t have = 0;
   std::size_t compressed = 0;  // frames read with RSV1 (permessage-deflate)
 
-  bool connect_to(std::uint16_t port, bool deflate = false) {
+  /// `token`: sent as ?token= (a shard with tokens).
+  bool connect_to(std::uint16_t port, bool deflate = false, const std::string& token = {}) {
     fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -64,7 +72,12 @@ struct client {
         "GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n";
-    if (!(deflate ? send_all(req_deflate, sizeof req_deflate - 1) : send_all(req, sizeof req - 1))) return false;
+    if (!token.empty()) {
+      const std::string with = "GET /ws?token=" + token + std::string(req + 7);
+      if (!send_all(with.data(), with.size())) return false;
+    } else if (!(deflate ? send_all(req_deflate, sizeof req_deflate - 1) : send_all(req, sizeof req - 1))) {
+      return false;
+    }
     while (true) {  // read up to the end of the 101 response
       ssize_t n = recv(fd, in + have, sizeof in - have, 0);
       if (n <= 0) return false;
@@ -129,22 +142,39 @@ struct running_shard {
   std::uint16_t port;
   std::unique_ptr<pubsub::hub> hub;
   compression deflate{true, 256};
+  // With presence: every topic keeps it and announces joins and leaves; tokens name the users.
+  std::unique_ptr<pubsub::namespaces> spaces;
+  std::unique_ptr<proto::jwt_verifier> tokens;
+  user_table users;
+  std::unique_ptr<pubsub::presence_table> presence;
   std::unique_ptr<shard_shared> shared;
   std::unique_ptr<shard> s;
   std::thread t;
 
-  explicit running_shard(io_kind io, app_mode mode = app_mode::echo, double message_rate = 0) {
+  explicit running_shard(io_kind io, app_mode mode = app_mode::echo, double message_rate = 0,
+                         std::string_view jwt_secret = {}) {
     cfg.mode = mode;
     cfg.session.client_message_rate = message_rate;  // a limit whose check runs on every message
     cfg.io = io;
     cfg.threads = 1;
-    cfg.auth_none = true;
+    cfg.auth_none = jwt_secret.empty();
+    if (!jwt_secret.empty()) {
+      tokens = std::make_unique<proto::jwt_verifier>(jwt_secret);
+      spaces = std::make_unique<pubsub::namespaces>(topic_options{.presence = true, .join_leave = true},
+                                                    std::vector<topic_namespace>{});
+      presence = std::make_unique<pubsub::presence_table>();
+    }
     cfg.conn.max_message_bytes = mode == app_mode::pubsub ? 64u << 10 : 16u << 20;
     listen_fd = make_listener(parse_endpoint("127.0.0.1:0"), 128);
     port = std::uint16_t(std::stoi(local_name(listen_fd).substr(10)));
     if (mode != app_mode::echo)
-      hub = std::make_unique<pubsub::hub>(pubsub::history_options{.size_per_topic = 10, .epoch = "t"}, buffers);
-    shared.reset(new shard_shared{cfg, tasks, buffers, nullptr, hub.get(), nullptr, nullptr, nullptr, &deflate});
+      hub = std::make_unique<pubsub::hub>(
+          pubsub::history_options{.size_per_topic = 10, .epoch = "t", .spaces = spaces.get()}, buffers);
+    shared.reset(new shard_shared{cfg, tasks, buffers, tokens.get(), hub.get(), nullptr, nullptr, nullptr, &deflate});
+    if (tokens) {
+      shared->users = &users;
+      shared->presence = presence.get();
+    }
     if (hub) hub->set_compression(deflate);
     s = std::make_unique<shard>(*shared, 0, listen_fd);
     if (hub) hub->attach({s->port()});
@@ -329,6 +359,76 @@ void check_pubsub(io_kind io, bool deflate = false, double message_rate = 0) {
   CHECK(after_subs - after_publish == 0);  // 500 sub (with since) + unsub round trips: none
 }
 
+// A token of user `sub` granting every topic, valid for an hour.
+std::string token_of(std::string_view secret, const std::string& sub) {
+  const std::string claims =
+      R"({"sub":")" + sub + R"(","exp":)" + std::to_string(std::time(nullptr) + 3600) + R"(,"topics":["*"]})";
+  char out[1024];
+  return std::string(out, proto::mint_hs256(secret, claims, out));
+}
+
+// Presence and join/leave on every topic, with users: 20 clients (users u0..u19) on "all" and
+// their own mailbox, and a second tab of u0. Once warm, publishing to them, pings, pongs (the
+// heartbeat's {"op":"pong"}), presence and presence_count answers, and u0's second tab
+// subscribing to "all" and leaving it again (u0 stays: no join, no leave) allocate nothing.
+// What does allocate is a topic's first subscriber or a user's first connection on a topic
+// (the presence table's entry), not a message.
+void check_presence(io_kind io) {
+  if (skip_without_uring(io)) return;
+  constexpr std::string_view secret = "alloc-test-secret";
+  auto rs = std::make_unique<running_shard>(io, app_mode::pubsub, 0, secret);
+  constexpr int count = 20;
+  static client clients[count];
+  static client tab;
+  for (int m = 0; m < count; ++m) {
+    REQUIRE(clients[m].connect_to(rs->port, false, token_of(secret, "u" + std::to_string(m))));
+    REQUIRE(request(clients[m], R"({"op":"sub","topics":["all","mailbox:)" + std::to_string(m) + R"("]})"));
+  }
+  // The joins each heard: its own on its mailbox, and on "all" its own and every later user's.
+  for (int m = 0; m < count; ++m)
+    for (int k = 0; k < count - m + 1; ++k) {
+      std::size_t got = 0;
+      REQUIRE(clients[m].read_frame(got) == 1);
+    }
+  REQUIRE(tab.connect_to(rs->port, false, token_of(secret, "u0")));
+  const std::string sub = R"({"op":"sub","topics":["all"]})";
+  const std::string unsub = R"({"op":"unsub","topics":["all"]})";
+  const std::string pong = R"({"op":"pong"})";
+  const std::string ask = R"({"op":"presence","topic":"all"})";
+  const std::string ask_count = R"({"op":"presence_count","topic":"all"})";
+  auto messages = [&](int n) {
+    std::size_t got = 0;
+    for (int k = 0; k < n; ++k) {
+      if (!request(tab, sub) || !request(tab, unsub)) return false;  // u0 stays: nothing announced
+      client& c = clients[k % count];
+      if (!c.send_frame(proto::opcode::text, pong.data(), pong.size())) return false;
+      if (!c.send_frame(proto::opcode::ping, "12345678", 8) || c.read_frame(got) != 10) return false;
+      if (!request(c, ask) || !request(c, ask_count)) return false;
+    }
+    return true;
+  };
+  for (std::size_t size : {std::size_t(256), std::size_t(512)}) rs->buffers.prefill(size, 4096);
+  REQUIRE(publish_round(*rs->hub, clients, count, 200));
+  REQUIRE(publish_round(*rs->hub, clients, count, 200));
+  REQUIRE(messages(200));
+
+  const std::uint64_t before = wspush::test::allocation_count();
+  const bool published = publish_round(*rs->hub, clients, count, 200);
+  const std::uint64_t after_publish = wspush::test::allocation_count();
+  const bool answered = messages(500);
+  const std::uint64_t after_messages = wspush::test::allocation_count();
+  pubsub::presence_table::reading r;
+  rs->presence->read("all", 100, r);
+  for (client& c : clients) c.close_fd();
+  tab.close_fd();
+  CHECK(published);
+  CHECK(answered);
+  CHECK(r.user_count == count);  // u0's tab left "all" and u0 stayed
+  CHECK(r.connections == count);
+  CHECK(after_publish - before == 0);          // 4,200 publishes, 8,000 deliveries: no allocation
+  CHECK(after_messages - after_publish == 0);  // 500 x (tab sub + unsub, pong, ping, presence, count): none
+}
+
 // An event stream: opens `GET /sse?topics=...` and reads events (each ends with a blank line).
 bool open_stream(client& c, std::uint16_t port, const std::string& topics) {
   c.fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -441,6 +541,13 @@ TEST_CASE("shard: pubsub with a client message rate allocates nothing once warm 
 }
 TEST_CASE("shard: pubsub with a client message rate allocates nothing once warm (io_uring)") {
   check_pubsub(io_kind::uring, false, 1e6);
+}
+
+TEST_CASE("shard: with presence and join/leave, events, pings, pongs and presence answers allocate nothing once warm (epoll)") {
+  check_presence(io_kind::epoll);
+}
+TEST_CASE("shard: with presence and join/leave, events, pings, pongs and presence answers allocate nothing once warm (io_uring)") {
+  check_presence(io_kind::uring);
 }
 
 TEST_CASE("shard: echo, ping and connection churn allocate nothing once warm (epoll)") { check_backend(io_kind::epoll); }
