@@ -388,7 +388,17 @@ int run(const config& cfg, int argc, char** argv) {
   if (presence) register_presence_metrics(metrics, shard_ptrs, *presence, bus.get());
   if (revokes) ao.revoker = &*revokes;
   admin_server admin(ao, admin_sink, &metrics);
-  admin.start();
+  try {
+    admin.start();
+  } catch (const std::exception& e) {
+    // The shards run already: they stop (nobody is connected yet) before the process says why.
+    log(log_level::error, "cannot start the admin listener on %s: %s", cfg.admin_listen.c_str(), e.what());
+    for (auto& s : shards) s->request_drain();
+    for (auto& t : threads) t.join();
+    if (bus) bus->stop();
+    tasks.shutdown(wspush::pool::shutdown_mode::soft_timeout);
+    return 1;
+  }
   log(log_level::info, "admin API at %s (/healthz, /readyz, /metrics)", admin.local_address().c_str());
   log(log_level::info, "listening on %s (%s, mode=%s, threads=%u)", local_name(listeners[0]).c_str(),
       tls ? "TLS: wss:// and https://" : "plain: ws:// and http://", mode_name(cfg.mode), cfg.threads);

@@ -2,11 +2,14 @@
 """The admin listener of the real binary: /healthz and /readyz answer 200; /metrics is valid
 Prometheus text whose counters match what the test did (connections by state, upgrades by result,
 messages and bytes in and out, pool series); the publish endpoints answer 503 in echo mode (no
-pub/sub); on SIGTERM /readyz turns 503 while the connections drain, and the process exits 0.
+pub/sub); on SIGTERM /readyz turns 503 while the connections drain, and the process exits 0; an
+admin address already taken stops the start with exit 1 and says so (no abort).
 Exit 0 pass, 1 fail, 77 io_uring unavailable.
 """
 import os
 import signal
+import socket
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +64,22 @@ def readyz_while_draining(server: ServerProcess, admin: int) -> None:
     check(rc == 0, f"server exited with {rc}\n" + server.log_tail())
 
 
+def admin_port_taken(args) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        r = subprocess.run([args.server, "--auth=none", f"--io={args.io}", "--listen", "127.0.0.1:0",
+                            "--admin-listen", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                           timeout=scaled(30), env={k: v for k, v in os.environ.items() if not k.startswith("WSPUSH_")})
+    finally:
+        taken.close()
+    check(r.returncode == 1, f"exit {r.returncode} with the admin port taken (want 1)\n{r.stderr[-800:]}")
+    check(f"cannot start the admin listener on 127.0.0.1:{port}" in r.stderr and "in use" in r.stderr,
+          f"no clear error for the taken admin port:\n{r.stderr[-800:]}")
+
+
 def run(args) -> None:
     quiet = not args.verbose
     with ServerProcess(args.server, io=args.io, mode="echo", quiet=quiet) as server:
@@ -70,6 +89,7 @@ def run(args) -> None:
     with ServerProcess(args.server, io=args.io, mode="echo", extra=["--drain-seconds", "2"], quiet=quiet) as server:
         admin = int(server.wait_for_log(r"admin API at [0-9.]+:(\d+)", scaled(10)).group(1))
         run_step("SIGTERM: /readyz 503 while draining, exit 0", readyz_while_draining, server, admin)
+    run_step("the admin address taken: exit 1 with the reason", admin_port_taken, args)
 
 
 if __name__ == "__main__":
