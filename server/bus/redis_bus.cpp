@@ -29,7 +29,9 @@ resp::limits reply_limits(const redis_bus_options& o) noexcept {
   l.max_bulk = std::size_t(o.max_event_bytes) + 256;
   // The topic that keeps the most: a namespace may keep more than --history-size.
   const std::size_t history = o.spaces ? std::max(o.history_size, o.spaces->max_history_size()) : o.history_size;
-  l.max_elements = std::max<std::size_t>(2 * history, max_batch_pubs) + 16;
+  // Besides: a page of the revocation list, and presence's pairs (user, connections).
+  l.max_elements = std::max({2 * history, max_batch_pubs, 2 * std::size_t(revocation_page),
+                             2 * max_admin_presence_users + 2}) + 16;
   l.max_depth = 4;
   l.max_total = std::max<std::size_t>(4u << 20, (history + 1) * l.max_bulk) +
                 l.max_elements * sizeof(resp::reply) + (64 << 10);

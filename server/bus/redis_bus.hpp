@@ -369,7 +369,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void handle_revoke(std::string sub, std::int64_t at) noexcept;
   bool send_revoke(instance& in, const std::string& sub, std::int64_t at) noexcept;
   void control_up(instance& in) noexcept;
-  void revocations_loaded(const resp::reply* r) noexcept;
+  void read_revocations(instance& in, std::int64_t from, std::uint32_t skip) noexcept;
+  void revocations_loaded(const op& o, const resp::reply* r) noexcept;
   void control_message(std::string_view payload) noexcept;
   void handle_more(std::uint32_t shard, std::uint64_t request, std::uint64_t room) noexcept;
   void send_page(std::uint64_t pid, pending& p, std::uint32_t next) noexcept;
@@ -456,6 +457,7 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   std::string_view _wait_argv[3];  // WAIT <replicas> <ms>
   std::string _window_ms;          // the idempotency window, as keyed batches pass it
   std::uint32_t _tick = 0;
+  std::size_t _revocations_read = 0;  // the list's entries read so far, page after page
   const pubsub::presence_table* _presence = nullptr;  // set_presence: what the node says again
   const user_table* _presence_users = nullptr;
   std::uint32_t _presence_part = 0;       // the refresh's next part of the table

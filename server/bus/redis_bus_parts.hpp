@@ -38,6 +38,10 @@ inline constexpr std::size_t max_instances = 1024;      // masters a cluster may
 inline constexpr std::uint32_t map_every_ticks = 100;   // a cluster's map asked again every 5 s
 inline constexpr std::string_view topic_prefix = "wspush:topic:";
 inline constexpr std::string_view node_prefix = "wspush:node:";
+/// Entries of the revocation list read in one reply (redis_bus_revoke.cpp).
+inline constexpr std::uint32_t revocation_page = 500;
+/// Users GET /presence lists at most (pubsub/presence.hpp): Redis answers them in one reply.
+inline constexpr std::size_t max_admin_presence_users = pubsub::max_admin_users;
 inline constexpr std::string_view control_channel = "wspush:control";  // revokes, to every node
 inline constexpr std::string_view revocations_key = "wspush:revocations";  // sorted set: sub by revoke time
 inline constexpr std::size_t channels_per_command = 1000;

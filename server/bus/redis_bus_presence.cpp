@@ -138,7 +138,7 @@ void redis_bus::handle_presence_get(request& r) noexcept {
   o->count_only = r.room != 0;
   o->pw = r.pw;
   std::string key;
-  const std::string max = std::to_string(o->count_only ? 0 : r.pw ? std::size_t(1) << 30 : pubsub::max_presence_users);
+  const std::string max = std::to_string(o->count_only ? 0 : r.pw ? max_admin_presence_users : pubsub::max_presence_users);
   try {
     o->topic = std::move(r.topic);
     if (_o.cluster) name_into(key, topic_slot(o->topic), "presence:", o->topic);
@@ -206,38 +206,25 @@ void redis_bus::refresh_presence() noexcept {
   if (std::int32_t(_tick - _presence_next_tick) < 0) return;
   const std::uint32_t pass_ticks = _o.presence_ttl_ms / 3 * ticks_per_second / 1000;
   _presence_next_tick = _tick + std::max<std::uint32_t>(1, pass_ticks / parts);
-  struct word {
-    std::string topic;
-    std::uint32_t user, n;
-  };
-  std::vector<word> words;
+  // Names are read while the part is locked (a part, then the user table: the shards' order),
+  // so a user number freed and given to another user meanwhile cannot lend its name.
+  const pubsub::namespaces* spaces = _o.spaces;
   try {
     _presence->visit(_presence_part, [&](std::string_view topic, std::uint32_t user, std::uint32_t n) {
-      words.push_back({std::string(topic), user, n});
+      if (user == 0) return;
+      request r;
+      r.kind = request::presence_set;
+      r.tag = n;
+      r.room = spaces && spaces->of(topic).join_leave ? 1 : 0;
+      _presence_users->with_names([&](auto name_of) { r.data.assign(name_of(user)); });
+      if (r.data.empty()) return;
+      r.topic.assign(topic);
+      gather_presence(r);
     });
   } catch (...) {
     return;  // this part again next tick
   }
   _presence_part = (_presence_part + 1) % parts;
-  const pubsub::namespaces* spaces = _o.spaces;
-  _presence_users->with_names([&](auto name_of) {
-    for (word& w : words) {
-      const std::string_view name = name_of(w.user);
-      if (name.empty()) continue;
-      const topic_options* t = spaces ? &spaces->of(w.topic) : nullptr;
-      request r;
-      r.kind = request::presence_set;
-      r.tag = w.n;
-      r.room = t && t->join_leave ? 1 : 0;
-      try {
-        r.topic = std::move(w.topic);
-        r.data.assign(name);
-      } catch (...) {
-        continue;
-      }
-      gather_presence(r);
-    }
-  });
   for (auto& in : _instances) send_presence(*in);
 }
 

@@ -269,7 +269,7 @@ void redis_bus::on_reply(op* o, const resp::reply* r) noexcept {
       return;
     case op::revocations:
       if (error && _o.cluster && r != nullptr && str(r).starts_with("MOVED")) _map_wanted = true;  // its slot moved
-      return revocations_loaded(r);
+      return revocations_loaded(*o, r);
     case op::presence_get: return presence_got(*o, r);
     case op::slots:  // answered above
     case op::sentinel_addr:

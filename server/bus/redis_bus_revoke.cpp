@@ -120,8 +120,7 @@ void redis_bus::control_up(instance& in) noexcept {
   try {
     if (_o.revocation_ttl > 0 && _o.max_revocations > 0) {
       const std::int64_t now = std::int64_t(std::time(nullptr));
-      const std::string since = "(" + std::to_string(now - std::int64_t(_o.revocation_ttl));
-      command(in, {"ZRANGEBYSCORE", revocations_key, since, "+inf", "WITHSCORES"}, new op{op::revocations});
+      read_revocations(in, now - std::int64_t(_o.revocation_ttl) + 1, 0);
     }
     while (!_unsent_revokes.empty()) {
       auto& [sub, at] = _unsent_revokes.front();
@@ -145,13 +144,30 @@ bool parse_seconds(std::string_view s, std::int64_t& out) noexcept {
 
 }  // namespace
 
-/// ZRANGEBYSCORE ... WITHSCORES: sub, time, sub, time, ...
-void redis_bus::revocations_loaded(const resp::reply* r) noexcept {
+/// Reads a page of the list: the entries from time `from` on, past the first `skip` of them
+/// (those of time `from` the page before had already). A page holds revocation_page entries, so
+/// a list of any length is read in replies within the bus's bounds, and entries pruned from its
+/// old end meanwhile shift nothing.
+void redis_bus::read_revocations(instance& in, std::int64_t from, std::uint32_t skip) noexcept {
+  try {
+    auto* o = new op{op::revocations, std::uint64_t(from), skip};
+    command(in, {"ZRANGEBYSCORE", revocations_key, std::to_string(from), "+inf", "WITHSCORES", "LIMIT",
+                 std::to_string(skip), std::to_string(revocation_page)},
+            o);
+  } catch (...) {
+    log_ratelimited(log_level::error, "bus: out of memory; the revocation list is not read");
+  }
+}
+
+/// ZRANGEBYSCORE ... WITHSCORES LIMIT: sub, time, sub, time, ... (a full page: more may follow).
+void redis_bus::revocations_loaded(const op& o, const resp::reply* r) noexcept {
   if (r == nullptr) return;  // the link went: read again when it is back
   if (r->type != resp::reply_type::array) {
     log_ratelimited(log_level::warn, "bus: the revocation list: %.*s", int(str(r).size()), str(r).data());
     return;
   }
+  std::int64_t last = std::int64_t(o.pid);
+  std::uint32_t at_last = o.index;  // entries of time `last` read so far
   std::size_t n = 0;
   for (std::size_t k = 0; k + 1 < r->elements; k += 2) {
     std::int64_t at = 0;
@@ -160,10 +176,15 @@ void redis_bus::revocations_loaded(const resp::reply* r) noexcept {
       _n.malformed.add();
       continue;
     }
+    at_last = at == last ? at_last + 1 : 1;
+    last = at;
     ++n;
     if (_on_revoke) _on_revoke(sub, at, true);
   }
-  if (n > 0) log(log_level::info, "bus: %zu revoked users read from Redis", n);
+  _revocations_read += n;
+  if (r->elements / 2 >= revocation_page && o.in) return read_revocations(*o.in, last, at_last);
+  if (_revocations_read > 0) log(log_level::info, "bus: %zu revoked users read from Redis", _revocations_read);
+  _revocations_read = 0;
 }
 
 /// "<node id> <at> <sub>" on the control channel.

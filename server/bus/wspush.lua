@@ -626,8 +626,14 @@ local function presence(keys, args)
     local total = 0
     for _, e in pairs(nodes) do total = total + e[1] end
     if v == '' then redis.call('HDEL', key, user) else redis.call('HSET', key, user, v) end
-    -- Every entry expires within ttl of now (Redis's own clock): so does the hash.
-    if v ~= '' then redis.call('PEXPIRE', key, ttl) end
+    -- Every entry expires within the longest ttl of now (Redis's own clock): so does the hash (a
+    -- node with a shorter ttl never cuts another's entries short).
+    if v ~= '' and redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+    -- Users nobody speaks of any more (their node died) leave a couple at a time.
+    local some = redis.call('HRANDFIELD', key, 2, 'WITHVALUES')
+    for j = 1, #some, 2 do
+      if select(2, present_nodes(some[j + 1], now)) == 0 then redis.call('HDEL', key, some[j]) end
+    end
     local change = 0
     if before == 0 and total > 0 then change = 1 elseif before > 0 and total == 0 then change = 2 end
     if change ~= 0 and announce == '1' then

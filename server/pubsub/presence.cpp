@@ -20,32 +20,55 @@ presence_table::part& presence_table::part_of(std::string_view topic) const noex
   return _parts[name_hash{}(topic) >> 7 & _mask];  // the low bits pick the part's bucket
 }
 
-presence_table::change presence_table::add(std::string_view topic, std::uint32_t user, std::uint32_t* now) noexcept {
+presence_table::change presence_table::add(std::string_view topic, std::uint32_t user, std::uint32_t* now,
+                                           on_change fn, void* ctx) noexcept {
   std::uint32_t scratch;
   std::uint32_t& n_now = now ? *now : scratch;
-  n_now = 0;
   part& p = part_of(topic);
   std::lock_guard lock(p.m);
+  const change c = add_locked(p, topic, user, n_now);
+  if (fn && c != change::failed) fn(ctx, c, n_now);  // under the lock: the part's changes are told in order
+  return c;
+}
+
+presence_table::change presence_table::remove(std::string_view topic, std::uint32_t user, std::uint32_t* now,
+                                              on_change fn, void* ctx) noexcept {
+  std::uint32_t scratch;
+  std::uint32_t& n_now = now ? *now : scratch;
+  part& p = part_of(topic);
+  std::lock_guard lock(p.m);
+  const change c = remove_locked(p, topic, user, n_now);
+  if (fn) fn(ctx, c, n_now);
+  return c;
+}
+
+presence_table::change presence_table::add_locked(part& p, std::string_view topic, std::uint32_t user,
+                                                  std::uint32_t& n_now) noexcept {
+  n_now = 0;
   try {
     auto it = p.topics.find(topic);
     if (it == p.topics.end()) it = p.topics.emplace(std::string(topic), topic_users{}).first;
     topic_users& t = it->second;
     if (user == 0) {
+      ++t.total;
       n_now = ++t.anonymous;
       return change::more;
     }
     if (t.count > 0 && t.user == user) {
+      ++t.total;
       n_now = ++t.count;
       return change::more;
     }
     if (t.count == 0 && !(t.others && t.others->count(user))) {
+      ++t.total;
       t.user = user;
       n_now = t.count = 1;
       ++p.entries;
       return change::first;
     }
     if (!t.others) t.others = std::make_unique<std::unordered_map<std::uint32_t, std::uint32_t>>();
-    std::uint32_t& n = (*t.others)[user];
+    std::uint32_t& n = (*t.others)[user];  // the last thing that may throw
+    ++t.total;
     n_now = ++n;
     if (n > 1) return change::more;
     ++p.entries;
@@ -57,20 +80,21 @@ presence_table::change presence_table::add(std::string_view topic, std::uint32_t
   }
 }
 
-presence_table::change presence_table::remove(std::string_view topic, std::uint32_t user, std::uint32_t* now) noexcept {
-  std::uint32_t scratch;
-  std::uint32_t& n_now = now ? *now : scratch;
+presence_table::change presence_table::remove_locked(part& p, std::string_view topic, std::uint32_t user,
+                                                     std::uint32_t& n_now) noexcept {
   n_now = 0;
-  part& p = part_of(topic);
-  std::lock_guard lock(p.m);
   auto it = p.topics.find(topic);
   if (it == p.topics.end()) return change::more;
   topic_users& t = it->second;
   change c = change::more;
   if (user == 0) {
-    if (t.anonymous > 0) n_now = --t.anonymous;
+    if (t.anonymous > 0) {
+      n_now = --t.anonymous;
+      --t.total;
+    }
   } else if (t.count > 0 && t.user == user) {
     n_now = --t.count;
+    --t.total;
     if (t.count == 0) {
       t.user = 0;
       --p.entries;
@@ -78,7 +102,10 @@ presence_table::change presence_table::remove(std::string_view topic, std::uint3
     }
   } else if (t.others) {
     auto u = t.others->find(user);
-    if (u != t.others->end()) n_now = --u->second;
+    if (u != t.others->end()) {
+      n_now = --u->second;
+      --t.total;
+    }
     if (u != t.others->end() && u->second == 0) {
       t.others->erase(u);
       --p.entries;
@@ -98,6 +125,11 @@ void presence_table::read(std::string_view topic, std::size_t max_users, reading
   auto it = p.topics.find(topic);
   if (it == p.topics.end()) return;
   const topic_users& t = it->second;
+  if (max_users == 0) {  // the counts: kept as they change, never a walk over the users
+    out.user_count = (t.count > 0 ? 1 : 0) + (t.others ? t.others->size() : 0);
+    out.connections = t.total;
+    return;
+  }
   out.connections = t.anonymous;
   const auto list = [&](std::uint32_t user, std::uint32_t n) {
     ++out.user_count;
@@ -143,8 +175,8 @@ pool::frame_ref join_leave_frame(pool::buffer_pool& buffers, bool join, std::str
 void render_presence_body(std::string_view topic, bool count_only, std::span<const proto::presence_user> users,
                           std::uint64_t user_count, std::uint64_t connections, std::string& body) {
   body.resize(proto::presence_size_bound(topic, users));
-  body.resize(proto::encode_presence({}, topic, count_only ? nullptr : &users, user_count, connections, false,
-                                     {body.data(), body.size()}));
+  body.resize(proto::encode_presence({}, topic, count_only ? nullptr : &users, user_count, connections,
+                                     users.size() < user_count, {body.data(), body.size()}));
 }
 
 std::uint16_t render_presence(const presence_table& table, const namespaces& ns, const user_table* users,
@@ -154,7 +186,7 @@ std::uint16_t render_presence(const presence_table& table, const namespaces& ns,
     return 404;
   }
   presence_table::reading r;
-  table.read(topic, count_only ? 0 : SIZE_MAX, r);
+  table.read(topic, count_only ? 0 : max_admin_users, r);
   const auto encode = [&](auto name_of) {
     std::vector<proto::presence_user> listed;
     listed.reserve(r.users.size());

@@ -52,11 +52,18 @@ class presence_table {
   presence_table(const presence_table&) = delete;
   presence_table& operator=(const presence_table&) = delete;
 
+  /// Told, under the topic's part lock, what a change came to and the user's connections on the
+  /// topic after it: so that what a caller says of it (a word to Redis, a join/leave) goes out
+  /// in the order the changes happened, whichever shards made them. It must not call into the
+  /// table; it may take the user_table's lock (the lock order: a part, then the user table).
+  using on_change = void (*)(void* ctx, change c, std::uint32_t now) noexcept;
   /// A connection of `user` (0: none) subscribed to `topic`. `now`: the user's connections on
-  /// the topic after it.
-  change add(std::string_view topic, std::uint32_t user, std::uint32_t* now = nullptr) noexcept;
+  /// the topic after it. `fn` (if any) is told unless it failed.
+  change add(std::string_view topic, std::uint32_t user, std::uint32_t* now = nullptr, on_change fn = nullptr,
+             void* ctx = nullptr) noexcept;
   /// A connection of `user` that add() counted on `topic` left it. A pair never added is ignored.
-  change remove(std::string_view topic, std::uint32_t user, std::uint32_t* now = nullptr) noexcept;
+  change remove(std::string_view topic, std::uint32_t user, std::uint32_t* now = nullptr, on_change fn = nullptr,
+                void* ctx = nullptr) noexcept;
 
   /// Calls fn(std::string_view topic, std::uint32_t user, std::uint32_t connections) for each
   /// (topic, user) counted in part `part` (< parts()), under that part's lock: fn must not call
@@ -78,8 +85,8 @@ class presence_table {
     std::uint64_t user_count = 0;   ///< all of them, listed or not
     std::uint64_t connections = 0;  ///< every connection subscribed, users' or not
   };
-  /// `topic`'s users now, at most `max_users` of them listed (0: counts only). May throw
-  /// std::bad_alloc (a reader's call, not a shard's).
+  /// `topic`'s users now, at most `max_users` of them listed (0: counts only, kept as they change:
+  /// no walk). May throw std::bad_alloc (a reader's call, not a shard's).
   void read(std::string_view topic, std::size_t max_users, reading& out) const;
 
   /// Topics with someone present, and (user, topic) pairs counted.
@@ -90,6 +97,7 @@ class presence_table {
   struct topic_users {
     std::uint32_t anonymous = 0;    // connections without a user
     std::uint32_t user = 0, count = 0;  // the first user here, inline (a mailbox's only one)
+    std::uint32_t total = 0;        // every connection subscribed (in the padding: still 24 bytes)
     std::unique_ptr<std::unordered_map<std::uint32_t, std::uint32_t>> others;  // the rest
     bool empty() const noexcept { return anonymous == 0 && count == 0 && (!others || others->empty()); }
   };
@@ -103,6 +111,8 @@ class presence_table {
     std::uint64_t entries = 0;
   };
   part& part_of(std::string_view topic) const noexcept;
+  change add_locked(part& p, std::string_view topic, std::uint32_t user, std::uint32_t& n_now) noexcept;
+  change remove_locked(part& p, std::string_view topic, std::uint32_t user, std::uint32_t& n_now) noexcept;
 
   std::unique_ptr<part[]> _parts;
   std::uint32_t _mask;
@@ -122,6 +132,9 @@ inline std::string_view text_of(const pool::frame_ref& frame) noexcept {
   const std::size_t header = len7 == 126 ? 4 : len7 == 127 ? 10 : 2;
   return {reinterpret_cast<const char*>(b.data()) + header, b.size() - header};
 }
+
+/// Users GET /presence lists at most (all are counted; past it `"truncated":true`).
+inline constexpr std::size_t max_admin_users = 10000;
 
 /// GET /presence's 200 body for `users` (empty with count_only) and the counts.
 void render_presence_body(std::string_view topic, bool count_only, std::span<const proto::presence_user> users,

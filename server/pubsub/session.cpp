@@ -380,19 +380,31 @@ void session::client_auth(conn_id c) noexcept {
 void session::present(conn_id c, std::string_view topic, bool joined) noexcept {
   const topic_options& o = _hub.spaces().of(topic);
   if (!o.presence && !o.join_leave) return;
-  const std::uint32_t user = _sessions.get(c).user;
-  std::uint32_t now = 0;
-  const presence_table::change ch = joined ? _presence->add(topic, user, &now) : _presence->remove(topic, user, &now);
-  if (ch == presence_table::change::failed) return _fanout.counters().presence_failures.add();
-  if (_bus) {
-    // Redis keeps what every node has, per user (a connection without one is this node's
-    // alone), and announces a user's first and last connection anywhere.
-    if (user != 0 && _users)
-      _users->with_names([&](auto name_of) { _bus->presence_set(topic, name_of(user), now, o.join_leave); });
-    return;
-  }
-  if (o.join_leave && ch == (joined ? presence_table::change::first : presence_table::change::last))
-    announce(joined, topic, user);
+  // What the change means is said from under the table's lock (presence_table::on_change): two
+  // shards changing one user's count on a topic say so in the order the counts changed.
+  struct said {
+    session* s;
+    std::string_view topic;
+    std::uint32_t user;
+    const topic_options* o;
+    bool joined;
+  } ctx{this, topic, _sessions.get(c).user, &o, joined};
+  const auto tell = [](void* p, presence_table::change ch, std::uint32_t now) noexcept {
+    const said& x = *static_cast<const said*>(p);
+    session& s = *x.s;
+    if (s._bus) {
+      // Redis keeps what every node has, per user (a connection without one is this node's
+      // alone), and announces a user's first and last connection anywhere.
+      if (x.user != 0 && s._users)
+        s._users->with_names([&](auto name_of) { s._bus->presence_set(x.topic, name_of(x.user), now, x.o->join_leave); });
+      return;
+    }
+    if (x.o->join_leave && ch == (x.joined ? presence_table::change::first : presence_table::change::last))
+      s.announce(x.joined, x.topic, x.user);
+  };
+  const presence_table::change ch =
+      joined ? _presence->add(topic, ctx.user, nullptr, tell, &ctx) : _presence->remove(topic, ctx.user, nullptr, tell, &ctx);
+  if (ch == presence_table::change::failed) _fanout.counters().presence_failures.add();
 }
 
 /// Tells the topic's subscribers, on every shard, that `user` joined or left it: the event goes
@@ -438,14 +450,30 @@ void session::client_presence(conn_id c) noexcept {
   } catch (const std::bad_alloc&) {
     return client_error(c, proto::client_error::unavailable, topic, op);
   }
-  const auto encode = [&](auto name_of) {
-    _listed.clear();
-    for (const auto& [user, n] : _reading.users)
-      if (const std::string_view name = name_of(user); !name.empty()) _listed.push_back({name, n});  // reserved
-    send_presence(c, list, topic, _reading.user_count, _reading.connections);
-  };
-  if (_users) _users->with_names(encode);
-  else encode([](std::uint32_t) { return std::string_view{}; });
+  // The names are copied out under the user table's lock and the answer sent after it: a send
+  // may close the connection at once, and a close takes that lock.
+  _listed.clear();
+  if (_users) {
+    const bool copied = _users->with_names([&](auto name_of) {
+      std::size_t bytes = 0;
+      for (const auto& [user, n] : _reading.users) bytes += name_of(user).size();
+      _presence_names.clear();
+      try {
+        _presence_names.reserve(bytes);  // the views below stay put
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+      for (const auto& [user, n] : _reading.users) {
+        const std::string_view name = name_of(user);
+        if (name.empty()) continue;
+        _listed.push_back({std::string_view(_presence_names.data() + _presence_names.size(), name.size()), n});  // reserved
+        _presence_names.append(name);
+      }
+      return true;
+    });
+    if (!copied) return client_error(c, proto::client_error::unavailable, topic, op);
+  }
+  send_presence(c, list, topic, _reading.user_count, _reading.connections);
 }
 
 /// The answer to a presence op: the users in _listed (as many as fit max_presence_bytes), and

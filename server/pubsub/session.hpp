@@ -116,6 +116,7 @@ class session final : public application, private bus_reply_handler {
   presence_table* _presence = nullptr;
   presence_table::reading _reading;      // scratch: a presence op's answer
   std::vector<proto::presence_user> _listed;
+  std::string _presence_names;           // scratch: the names _listed points into
   // With a bus: the presence op each connection waits for (at most one: it is held meanwhile).
   std::unordered_map<conn_id, std::uint64_t> _presence_asks;
   // With a bus: the subs it has not answered yet, and per topic how many of them want it.

@@ -196,8 +196,30 @@ def nodes(args, config: str, url: str) -> "list[ServerProcess]":
     return out
 
 
-def on_redis(args, config: str, url: str, where: str) -> None:
+async def big_room(a: ServerProcess, redis: RedisServer) -> None:
+    """A room with 1,500 users (another node's, said straight to Redis): the answers list up to
+    their bounds and count them all, and the node's link to Redis holds (one reply of them all)."""
+    quads = [x for k in range(1500) for x in ("room:big", f"user{k}", "1", "0")]
+    redis.command("FCALL", "wspush_presence", "0", "elsewhere", "60000", *quads)
+    ws = await connect(a, "w")
+    p = await ask(ws, "presence", "room:big")
+    check(p.get("user_count") == 1500 and p.get("connections") == 1500 and len(p.get("users", {})) == 1000
+          and p.get("truncated") is True, f"presence of 1,500 users: {str(p)[:300]}")
+    c = await ask(ws, "presence_count", "room:big")
+    check(c == {"op": "presence_count", "topic": "room:big", "user_count": 1500, "connections": 1500}, f"{c}")
+    status, body = await asyncio.to_thread(keyed_get, a, "/presence?topic=room:big")
+    check(status == 200 and len(body.get("users", {})) == 1500 and body.get("user_count") == 1500,
+          f"GET /presence of 1,500 users answered {status} {str(body)[:300]}")
+    check(scrape_metrics(admin_port(a)).get("wspush_bus_protocol_errors_total") == 0,
+          "the node dropped its link to Redis reading a big presence")
+    await ws.close()
+
+
+def on_redis(args, config: str, url: str, where: str, redis: "RedisServer | None" = None) -> None:
     a, b = nodes(args, config, url)
+    if redis:
+        run_step(f"{where}: a room of 1,500 users: listed to the bound, counted in full",
+                 lambda: asyncio.run(big_room(a, redis)))
     run_step(f"{where}: join/leave once per user across two nodes; presence counts both",
              lambda: asyncio.run(rooms(a, b)))
     run_step(f"{where}: a mailbox's presence across the nodes", lambda: asyncio.run(mailboxes(a, b)))
@@ -225,7 +247,7 @@ def main(args) -> None:
         server.kill()
         redis = RedisServer(persistent=False).start()
         try:
-            on_redis(args, f.name, redis.url, "the Redis bus")
+            on_redis(args, f.name, redis.url, "the Redis bus", redis)
         finally:
             redis.close()
         cluster = RedisCluster(masters=3, replicas=0, persistent=False).start()
