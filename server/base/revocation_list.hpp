@@ -38,7 +38,10 @@ class revocation_list {
   /// the list held no revoke of `sub` as late (false too when the list is off, or `at` is
   /// older than the ttl already). Entries older than the ttl are forgotten here.
   bool record(std::string_view sub, std::int64_t at, std::int64_t now) {
-    if (!enabled() || sub.empty() || at + _ttl <= now) return false;
+    // A time ahead of ours (another node's clock, or Redis written by hand) counts as now: a
+    // revoke never reaches into the future, and `at + ttl` stays far from overflowing.
+    if (at > now) at = now;
+    if (!enabled() || sub.empty() || at < 0 || at + _ttl <= now) return false;
     std::lock_guard lock(_m);
     prune(now);
     auto it = _at.find(sub);

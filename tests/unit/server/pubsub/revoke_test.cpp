@@ -44,6 +44,14 @@ TEST_CASE("revocation_list: a revoked sub's tokens issued no later than the revo
   CHECK_FALSE(l.revoked("u1", 0, 2000 + 3600));
   CHECK(l.size(2000 + 3600) == 0);
   CHECK_FALSE(l.record("old", 100, 5000));  // already past the ttl: not kept
+  // A time ahead of this node's clock counts as its now: tokens issued after that are taken, and
+  // the largest time there is cannot overflow the ttl's arithmetic.
+  CHECK(l.record("ahead", 9000, 6000));
+  CHECK(l.revoked("ahead", 6000, 6000));
+  CHECK_FALSE(l.revoked("ahead", 6001, 6001));
+  CHECK(l.record("far", INT64_MAX, 6000));
+  CHECK_FALSE(l.revoked("far", 6001, 6001));
+  CHECK_FALSE(l.record("negative", -5, 6000));
 }
 
 TEST_CASE("revocation_list: bounded, the oldest revoke forgotten first, and off with a ttl of 0") {
