@@ -93,6 +93,9 @@ void reread_config(reload_targets& t, int argc, char** argv) {
   try {
     const config next = parse_config(argc, argv);
     const std::vector<config_change> changes = config_changes(t.running, next);
+    if (!t.running.api_key.empty() && next.api_key.empty())
+      log(log_level::warn, "SIGHUP: the API key is gone: /publish, /disconnect and /presence now answer anyone "
+                           "who reaches the admin listener (%s)", next.admin_listen.c_str());
     apply_reloadable(next, t);
     take_reloadable(t.running, next);
     for (const config_change& c : changes)
