@@ -59,6 +59,9 @@ class revocation_list {
     return true;
   }
 
+  /// Whether the list holds anyone (no lock: an upgrade asks this first).
+  bool any() const noexcept { return _count.load(std::memory_order_acquire) > 0; }
+
   /// Whether a token of `sub` issued at `iat` (0: it has no iat) is refused at `now`.
   bool revoked(std::string_view sub, std::int64_t iat, std::int64_t now) const {
     if (_count.load(std::memory_order_acquire) == 0 || sub.empty()) return false;

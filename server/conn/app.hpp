@@ -28,6 +28,10 @@ struct open_info {
   std::string_view topics;    ///< the token's grants in proto/jwt's compact form (empty without tokens)
   std::string_view pub;
   std::uint32_t user = 0;     ///< the token's `sub` in the process's user_table (0: none); the application leaves it at on_close
+  std::int64_t iat = 0;       ///< the token's issue time, unix seconds (0: none)
+  /// Set by an application whose on_open refuses the connection because its user was revoked
+  /// after the token was checked: the upgrade is answered 401, counted as revoked.
+  mutable bool revoked = false;
 };
 
 /// Room a message block keeps in front of the payload: enough for a server frame header, so

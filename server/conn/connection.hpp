@@ -61,6 +61,7 @@ struct upgrade_job {
   // The token's grants (compact form) the worker appends after the request bytes, and its exp.
   std::uint32_t grants_at = 0, topics_len = 0, pub_len = 0;
   std::int64_t exp = 0;
+  std::int64_t iat = 0;        // the token's issue time (0: none): the shard checks revokes again
   bool heartbeat = false;      // ?heartbeat=1: keepalive as text
   std::uint8_t deflate = 0;    // permessage-deflate negotiated (1; 2: the offer named server_max_window_bits)
   // An event stream (GET --sse-path): its topics (percent-decoded, each followed by a LF) and

@@ -210,9 +210,14 @@ void http_phase::on_upgraded(upgrade_job_ref&& job) noexcept {
   auto text = [&](std::uint32_t at, std::uint32_t len) {
     return std::string_view(reinterpret_cast<const char*>(job.tail()) + at, len);
   };
-  open_info info{j.exp, text(j.grants_at, j.topics_len), text(j.grants_at + j.topics_len, j.pub_len), j.user};
+  open_info info{j.exp, text(j.grants_at, j.topics_len), text(j.grants_at + j.topics_len, j.pub_len), j.user, j.iat};
   pool::lease response = _c.buffers().acquire(j.response_len);
-  if (!response || !_c.app().on_open(slot, info)) return answer(slot, 500, "internal error\n");
+  if (!response) return answer(slot, 500, "internal error\n");
+  if (!_c.app().on_open(slot, info)) {
+    if (!info.revoked) return answer(slot, 500, "internal error\n");
+    _c.counters_mut().upgrades_revoked.add();  // revoked while its token was being checked
+    return respond(slot, 401, "token revoked", {}, "text/plain");
+  }
   j.users = nullptr;  // the application has the user now: it leaves it when the connection closes
   _c.opened(slot);
   if (j.sse) {

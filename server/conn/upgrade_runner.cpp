@@ -51,6 +51,7 @@ bool check_token(const proto::jwt_verifier& tokens, upgrade_job_ref& job, user_t
   job->topics_len = std::uint32_t(topics.size());
   job->pub_len = std::uint32_t(pub.size());
   job->exp = claims.exp;
+  job->iat = claims.iat;
   return true;
 }
 

@@ -100,6 +100,18 @@ void session::use_bus(bus_port& bus, std::uint32_t shard, std::uint64_t max_pend
 }
 
 bool session::on_open(conn_id c, const open_info& info) noexcept {
+  // A revoke made while the token was being checked (on the task pool) reached this shard
+  // before the connection did: its pass found no such connection, so the list is asked again.
+  if (_revoked && _users && info.user != user_table::nobody && _revoked->any()) {
+    bool revoked = false;
+    _users->with_names([&](auto name_of) {
+      revoked = _revoked->revoked(name_of(info.user), info.iat, std::int64_t(realtime_ms() / 1000));
+    });
+    if (revoked) {
+      info.revoked = true;
+      return false;
+    }
+  }
   if (c < _rate.size() || _rate_interval_us.load(std::memory_order_relaxed)) {
     if (!rate_slot(c)) return false;
     _rate[c] = 0;  // a full burst

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <ctime>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -151,6 +153,29 @@ TEST_CASE("session: a revoke closes the user's connections on the shard with 440
   }
   CHECK(stale->closed.load() == 0);
   CHECK(x.conns.closed.count(2) == 0);
+}
+
+TEST_CASE("session: a connection whose user was revoked while its token was checked is refused at its open") {
+  fixture x;
+  revocation_list list(3600, 10);
+  x.s.use_revocations(&list);
+  const auto now = std::int64_t(std::time(nullptr));
+  std::uint32_t id = 0;
+  REQUIRE(x.users.join("erin", id));
+  open_info before{0, {}, {}, id, now - 10};
+  CHECK(x.s.on_open(4, before));  // nothing revoked yet
+  CHECK_FALSE(before.revoked);
+  x.s.on_close(4);
+  REQUIRE(x.users.join("erin", id));
+  list.record("erin", now, now);  // the revoke came after the token was checked, before the open
+  open_info late{0, {}, {}, id, now - 10};
+  CHECK_FALSE(x.s.on_open(5, late));
+  CHECK(late.revoked);
+  open_info fresh{0, {}, {}, id, now + 1};  // a token issued after the revoke
+  CHECK(x.s.on_open(6, fresh));
+  CHECK_FALSE(fresh.revoked);
+  open_info other{0, {}, {}, 0, now - 10};  // no user: nothing to ask
+  CHECK(x.s.on_open(7, other));
 }
 
 TEST_CASE("session: a revoke at 100k connections on one shard (timed)", "[revoke][bench]") {
