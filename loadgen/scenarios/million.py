@@ -210,6 +210,51 @@ class Watchdog(threading.Thread):
 
 # --- the cluster ---------------------------------------------------------------------------------
 
+def redis_cmd(port, *args):
+    """redis-cli -p PORT ARGS...: its output, or "" when it failed."""
+    r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10)
+    return r.stdout if r.returncode == 0 and not r.stdout.startswith("Could not connect") else ""
+
+
+def redis_info(port):
+    """INFO of the redis-server on `port`, as a dict of strings (empty when it did not answer)."""
+    out = {}
+    for line in redis_cmd(port, "INFO").splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
+def start_redis(port, workdir, nice=0):
+    """A fresh redis-server on 127.0.0.1:`port` (no persistence; its log and dir in `workdir`),
+    answering PING within 10 s, else Stop. The caller stops it (by the Popen returned)."""
+    d = os.path.join(workdir, "redis")
+    os.makedirs(d, exist_ok=True)
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", d, "--stream-node-max-bytes", "512", "--maxclients", "10000"],
+        stdout=open(os.path.join(workdir, "redis.log"), "ab"), stderr=subprocess.STDOUT)
+    if nice:
+        # Here Redis shares two cores with ~120 other processes (the nodes and the load
+        # generator), each weighing as much as it with the scheduler; starved, it answered
+        # publishes in the million's storm after the nodes' 5 s limit. Deployed, it has
+        # cores of its own: a higher priority stands in for that.
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+            log(f"  redis-server at nice {nice} (it shares the cores with every node and the load generator)")
+        except OSError as e:
+            log(f"  could not set redis-server's nice to {nice} ({e}): it runs at the default")
+    deadline = time.monotonic() + 10
+    while not redis_cmd(port, "PING"):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait()
+            raise Stop(f"redis-server did not start (see {workdir}/redis.log)")
+        time.sleep(0.05)
+    return proc
+
+
 class Cluster:
     """A fresh redis-server, `nodes` wspush processes sharing the public port, and one more node
     on the bus, on a port of its own with no clients, that takes the publishes. Its ports are
@@ -323,27 +368,7 @@ class Cluster:
             self.pub = subprocess.Popen(self.node_argv(self.nodes, self.pub_port, self.pub_admin), stdout=logf, stderr=logf)
             self.wait_ready([self.admin(k) for k in range(self.nodes)] + [self.pub_admin], 60)
             return
-        d = os.path.join(self.workdir, "redis")
-        os.makedirs(d, exist_ok=True)
-        self.redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", d, "--stream-node-max-bytes", "512", "--maxclients", "10000"],
-            stdout=open(os.path.join(self.workdir, "redis.log"), "ab"), stderr=subprocess.STDOUT)
-        if self.a.redis_nice:
-            # Here Redis shares two cores with ~120 other processes (the nodes and the load
-            # generator), each weighing as much as it with the scheduler; starved, it answered
-            # publishes in the million's storm after the nodes' 5 s limit. Deployed, it has
-            # cores of its own: a higher priority stands in for that.
-            try:
-                os.setpriority(os.PRIO_PROCESS, self.redis.pid, self.a.redis_nice)
-                log(f"  redis-server at nice {self.a.redis_nice} (it shares the cores with every node and the load generator)")
-            except OSError as e:
-                log(f"  could not set redis-server's nice to {self.a.redis_nice} ({e}): it runs at the default")
-        deadline = time.monotonic() + 10
-        while not self.redis_cmd("PING"):
-            if time.monotonic() > deadline or self.redis.poll() is not None:
-                raise Stop(f"redis-server did not start (see {self.workdir}/redis.log)")
-            time.sleep(0.05)
+        self.redis = start_redis(self.rport, self.workdir, self.a.redis_nice)
         self.procs = [self.spawn_node(k) for k in range(self.nodes)]
         logf = open(os.path.join(self.workdir, "pubnode.log"), "ab")
         self.pub = subprocess.Popen(self.node_argv(self.nodes, self.pub_port, self.pub_admin), stdout=logf, stderr=logf)
@@ -364,19 +389,13 @@ class Cluster:
                 time.sleep(0.05)
 
     def redis_cmd(self, *args, port=None):
-        r = subprocess.run(["redis-cli", "-p", str(port or self.rport), *args], capture_output=True, text=True, timeout=10)
-        return r.stdout if r.returncode == 0 and not r.stdout.startswith("Could not connect") else ""
+        return redis_cmd(port or self.rport, *args)
 
     def redis_info(self):
         """INFO of the Redis; of a cluster, its masters' memory and CPU summed (each one that
         runs: a master killed takes its figures with it), and its replicas' memory apart."""
         if not self.cports:
-            out = {}
-            for line in self.redis_cmd("INFO").splitlines():
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    out[k] = v.strip()
-            return out
+            return redis_info(self.rport)
         total = {"used_memory": 0, "used_cpu_user": 0.0, "used_cpu_sys": 0.0, "replica_memory": 0}
         for port, proc in self.credis.items():
             if proc.poll() is not None:
