@@ -358,6 +358,8 @@ class redis_bus final : public pubsub::bus_port, private loop_handler, private r
   void send_presence(instance& in) noexcept;
   void handle_presence_get(request& r) noexcept;
   void presence_got(op& o, const resp::reply* r) noexcept;
+  void answer_presence(std::uint32_t shard, conn_id conn, std::uint64_t request, bool count_only, std::string topic,
+                       pubsub::presence_answer a) noexcept;
   void refresh_presence() noexcept;
   void join_leave(std::string_view topic, std::string_view payload) noexcept;
   // Revokes (redis_bus_revoke.cpp).

@@ -116,19 +116,7 @@ void redis_bus::handle_presence_get(request& r) noexcept {
   instance* in = home(r.topic);
   const auto fail = [&] {
     if (r.pw) return r.pw->finish({});
-    auto reply = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
-    if (!reply) return;  // the connection stays held until it closes: out of memory
-    reply->kind = pubsub::bus_reply::presence;
-    reply->conn = conn_id(r.tag);
-    reply->request = r.sub_request;
-    reply->count_only = r.room != 0;
-    try {
-      reply->topics.push_back(std::move(r.topic));
-    } catch (...) {
-    }
-    pubsub::event e;
-    e.reply = std::move(reply);
-    offer(r.shard, std::move(e));
+    answer_presence(r.shard, conn_id(r.tag), r.sub_request, r.room != 0, std::move(r.topic), {});
   };
   if (!in || !in->up.load(std::memory_order_relaxed)) return fail();
   auto o = std::unique_ptr<op>(new (std::nothrow) op{op::presence_get, r.sub_request});
@@ -182,20 +170,27 @@ void redis_bus::presence_got(op& o, const resp::reply* r) noexcept {
   }
   if (!a.ok) a = {};
   if (o.pw) return o.pw->finish(std::move(a));
+  answer_presence(o.shard, conn_id(o.tag), o.pid, o.count_only, std::move(o.topic), std::move(a));
+}
+
+/// A session's presence op answered (not ok: failed), through its shard's inbox. Out of memory
+/// it is not: the connection stays held until it closes.
+void redis_bus::answer_presence(std::uint32_t shard, conn_id conn, std::uint64_t request, bool count_only,
+                                std::string topic, pubsub::presence_answer a) noexcept {
   auto reply = std::unique_ptr<pubsub::bus_reply>(new (std::nothrow) pubsub::bus_reply);
   if (!reply) return;
   reply->kind = pubsub::bus_reply::presence;
-  reply->conn = conn_id(o.tag);
-  reply->request = o.pid;
-  reply->count_only = o.count_only;
+  reply->conn = conn;
+  reply->request = request;
+  reply->count_only = count_only;
   reply->present = std::move(a);
   try {
-    reply->topics.push_back(std::move(o.topic));
+    reply->topics.push_back(std::move(topic));
   } catch (...) {
   }
   pubsub::event e;
   e.reply = std::move(reply);
-  offer(o.shard, std::move(e));
+  offer(shard, std::move(e));
 }
 
 /// Says again what one part of the node's presence table holds (on_tick, one part a tick, each

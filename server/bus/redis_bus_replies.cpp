@@ -553,10 +553,7 @@ void redis_bus::offer_all(const pool::frame_ref& frame, std::string_view topic) 
 /// Offers a frame to every shard as a message of the topic found `topic_offset` bytes into its
 /// payload (the event's topic must live as long as its frame: it points into the frame's bytes).
 void redis_bus::offer_at(const pool::frame_ref& frame, std::size_t topic_offset, std::size_t topic_size) noexcept {
-  auto b = frame.bytes();
-  const std::uint8_t len7 = b.size() >= 2 ? (b[1] & 0x7f) : 0;
-  const std::size_t header = len7 == 126 ? 4 : len7 == 127 ? 10 : 2;
-  std::string_view in_frame(reinterpret_cast<const char*>(b.data()) + header + topic_offset, topic_size);
+  const std::string_view in_frame = pubsub::text_of(frame).substr(topic_offset, topic_size);
   for (std::uint32_t k = 0; k < _ports.size(); ++k) offer(k, pubsub::event{frame, in_frame, 0, pubsub::no_part, {}});
 }
 
